@@ -1,0 +1,52 @@
+"""postroom: PostgreSQL as message infrastructure, a partitioned log with consumer groups.
+
+import postroom
+
+client = postroom.connect()          # POSTROOM_URL, DATABASE_URL, or an embedded PostgreSQL
+client.migrate()
+client.create_topic("orders", partitions=4)
+with psycopg.connect(url) as conn:   # your transaction: the row and its event commit together
+    conn.execute("INSERT INTO orders ...")
+    client.publish("orders", {"id": 1}, key="customer-7", conn=conn)
+"""
+
+from . import errors
+from .client import Client, connect
+from .client_async import AsyncClient, connect_async
+from .log.consumer import Batch, Consumer
+from .log.consumer_async import AsyncBatch, AsyncConsumer
+from .log.partitioner import murmur2, partition_for_key
+from .log.producer import Producer
+from .log.producer_async import AsyncProducer
+from .log.records import (
+    GroupInfo,
+    Message,
+    PartitionInfo,
+    PartitionLag,
+    Published,
+    TopicInfo,
+    TopicPartition,
+)
+
+__all__ = [
+    "AsyncBatch",
+    "AsyncClient",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "Batch",
+    "Client",
+    "Consumer",
+    "GroupInfo",
+    "Message",
+    "PartitionInfo",
+    "PartitionLag",
+    "Producer",
+    "Published",
+    "TopicInfo",
+    "TopicPartition",
+    "connect",
+    "connect_async",
+    "errors",
+    "murmur2",
+    "partition_for_key",
+]

@@ -1,0 +1,90 @@
+# Generated from src/postroom/_db_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The database handle shared by the engines: a connection pool, the schema, the named queries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from . import _sql
+from .errors import InvalidArgument, InvalidType, SchemaNotReady
+
+_QUERIES = _sql.all_queries()
+
+
+class Database:
+    """A pool of connections to one postroom schema, with its queries rendered for that schema."""
+
+    def __init__(self, pool: ConnectionPool, conninfo: str, schema: str) -> None:
+        self.pool = pool
+        self.conninfo = conninfo
+        self.schema = schema
+        self._rendered = {name: _sql.render(text, schema) for name, text in _QUERIES.items()}
+
+    def q(self, name: str) -> sql.Composed:
+        return self._rendered[name]
+
+    @contextmanager
+    def connection(self, conn: object = None) -> Iterator[psycopg.Connection[Any]]:
+        """A connection whose work commits when the block ends.
+
+        With ``conn`` (the caller's connection, or a SQLAlchemy/Django wrapper of one) the work
+        joins the caller's transaction instead: nothing commits here. In autocommit mode the
+        block runs in a transaction of its own so a batch is still all or nothing.
+        """
+        if conn is None:
+            with translate_errors():
+                with self.pool.connection() as pooled:
+                    yield pooled
+            return
+        raw = unwrap_connection(conn, psycopg.Connection)
+        with translate_errors():
+            if raw.autocommit:
+                with raw.transaction():
+                    yield raw
+            else:
+                yield raw
+
+
+def unwrap_connection(conn: object, expected: type[Any]) -> Any:
+    """The psycopg connection inside ``conn``: psycopg itself, SQLAlchemy or Django wrappers."""
+    candidates = [
+        conn,
+        getattr(conn, "driver_connection", None),  # SQLAlchemy pool proxy / raw connection
+        getattr(getattr(conn, "connection", None), "driver_connection", None),  # SQLAlchemy
+        getattr(conn, "connection", None),  # Django's DatabaseWrapper
+    ]
+    for candidate in candidates:
+        if isinstance(candidate, expected):
+            return candidate
+    raise InvalidType(
+        f"conn must be a {expected.__module__}.{expected.__name__} (or a SQLAlchemy/Django "
+        f"connection wrapping one), got {type(conn).__name__}"
+    )
+
+
+class translate_errors:
+    """Turn database errors that mean bad input or a missing schema into postroom errors."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction) and (
+            "postroom" in str(exc) or "schema_migrations" in str(exc)
+        ):
+            raise SchemaNotReady(
+                f"the postroom schema is not installed or out of date ({exc}): "
+                "run `postroom init` or client.migrate()"
+            ) from exc
+        if isinstance(exc, pg_errors.InvalidSchemaName):
+            raise SchemaNotReady(f"{exc}: run `postroom init` or client.migrate()") from exc
+        if isinstance(exc, pg_errors.NumericValueOutOfRange):
+            raise InvalidArgument(str(exc)) from exc

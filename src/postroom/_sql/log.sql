@@ -1,0 +1,236 @@
+-- The log engine's runtime queries. Topics are resolved to numeric ids first; names never reach
+-- SQL text. Counter rows (partitions) are always locked in ascending (topic_id, partition) order.
+
+-- name: create_topic
+-- Creates a topic and its counter rows through the SQL API function (unique violation if taken).
+SELECT {schema}.create_topic(%(name)s, %(partitions)s, %(retention)s::interval);
+
+-- name: topic_by_name
+-- A topic's id and partition count (no locks).
+SELECT id, partitions FROM {schema}.topics WHERE name = %(name)s;
+
+-- name: topics_by_ids
+-- Names and partition counts of the given topic ids (no locks).
+SELECT id, name, partitions FROM {schema}.topics WHERE id = ANY(%(ids)s::integer[]);
+
+-- name: list_topics
+-- Every topic with its partition count, retention and total messages ever written (no locks).
+SELECT t.name, t.partitions, t.retention, t.created_at,
+       (SELECT coalesce(sum(p.next_offset), 0)::bigint FROM {schema}.partitions p
+        WHERE p.topic_id = t.id) AS high_water
+FROM {schema}.topics t
+ORDER BY t.name;
+
+-- name: describe_partitions
+-- Per partition of one topic: high-water mark, low-water mark, retained count and bytes (no locks).
+-- Offsets are gapless and retention deletes a prefix, so the count is high - low.
+SELECT p.partition, p.next_offset AS high_water,
+       coalesce(s.low_water, p.next_offset) AS low_water,
+       p.next_offset - coalesce(s.low_water, p.next_offset) AS messages,
+       coalesce(s.bytes, 0)::bigint AS bytes
+FROM {schema}.partitions p
+LEFT JOIN LATERAL (
+    SELECT min(m."offset") AS low_water,
+           sum(octet_length(m.value) + coalesce(octet_length(m.key), 0)) AS bytes
+    FROM {schema}.messages m
+    WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+) s ON true
+WHERE p.topic_id = %(topic_id)s
+ORDER BY p.partition;
+
+-- name: delete_topic
+-- Deletes a topic; its counter rows, messages and cursors go with it (ON DELETE CASCADE).
+DELETE FROM {schema}.topics WHERE name = %(name)s RETURNING id;
+
+-- name: lock_topic
+-- Locks the topic row (FOR UPDATE) so concurrent add_partitions calls run one at a time.
+SELECT id, partitions FROM {schema}.topics WHERE name = %(name)s FOR UPDATE;
+
+-- name: add_partitions
+-- Raises the topic's partition count and creates the new counter rows (topic row locked first).
+WITH grown AS (
+    UPDATE {schema}.topics SET partitions = %(total)s WHERE id = %(topic_id)s
+)
+INSERT INTO {schema}.partitions (topic_id, partition)
+SELECT %(topic_id)s, p FROM generate_series(%(current)s::integer, %(total)s::integer - 1) AS p;
+
+-- name: append_batch
+-- Reserves cardinality(values) offsets on one partition's counter row (row lock held until the
+-- transaction ends, which orders concurrent writers) and inserts the batch at those offsets.
+-- keys/headers may be NULL arrays: unnest pads them with NULLs. Returns the first offset.
+WITH reserve AS (
+    UPDATE {schema}.partitions
+    SET next_offset = next_offset + cardinality(%(values)s::bytea[])
+    WHERE topic_id = %(topic_id)s AND partition = %(partition)s
+    RETURNING next_offset - cardinality(%(values)s::bytea[]) AS first_offset
+), inserted AS (
+    INSERT INTO {schema}.messages (topic_id, partition, "offset", key, value, headers)
+    SELECT %(topic_id)s, %(partition)s, r.first_offset + b.ord - 1, b.key, b.value, b.headers
+    FROM reserve r,
+         unnest(%(values)s::bytea[], %(keys)s::bytea[], %(headers)s::jsonb[])
+             WITH ORDINALITY AS b(value, key, headers, ord)
+)
+SELECT first_offset FROM reserve;
+
+-- name: notify_topics
+-- Wake-up hint for consumers, delivered at commit; polling stays the source of truth.
+SELECT pg_notify('postroom', t::text) FROM unnest(%(topic_ids)s::integer[]) AS t;
+
+-- name: high_water
+-- The next offset to be written in one partition (no locks).
+SELECT next_offset FROM {schema}.partitions
+WHERE topic_id = %(topic_id)s AND partition = %(partition)s;
+
+-- name: ensure_cursors
+-- Creates missing cursors of a group at the earliest retained or the latest offset; existing
+-- cursors are left alone (ON CONFLICT DO NOTHING takes no lock on them).
+INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
+SELECT %(group)s, p.topic_id, p.partition,
+       CASE WHEN %(reset)s = 'latest' THEN p.next_offset
+            ELSE coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                           WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+                          p.next_offset)
+       END
+FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[]) AS a(topic_id, partition)
+JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+ORDER BY p.topic_id, p.partition
+ON CONFLICT DO NOTHING;
+
+-- name: read_cursors
+-- A group's committed next offsets for the given partitions (no locks).
+SELECT c.topic_id, c.partition, c.next_offset
+FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[]) AS a(topic_id, partition)
+JOIN {schema}.cursors c
+  ON c.group_name = %(group)s AND c.topic_id = a.topic_id AND c.partition = a.partition;
+
+-- name: fetch_messages
+-- Up to %(limit)s messages per partition from each given position on, in offset order (no locks).
+-- A reader can never see offset n+1 without n: a writer's rows become visible at its commit, and
+-- the next writer only reserves offsets after that commit released the counter row lock.
+SELECT a.topic_id, a.partition, m."offset", m.key, m.value, m.headers, m.created_at
+FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[], %(positions)s::bigint[])
+         AS a(topic_id, partition, position)
+CROSS JOIN LATERAL (
+    SELECT m."offset", m.key, m.value, m.headers, m.created_at
+    FROM {schema}.messages m
+    WHERE m.topic_id = a.topic_id AND m.partition = a.partition AND m."offset" >= a.position
+    ORDER BY m."offset"
+    LIMIT %(limit)s
+) m
+ORDER BY a.topic_id, a.partition, m."offset";
+
+-- name: commit_cursors
+-- Moves a group's cursors forward to the given next offsets (never backward). Locks the cursor
+-- rows in (topic_id, partition) order first, so concurrent commits cannot deadlock.
+WITH target AS (
+    SELECT c.topic_id, c.partition, a.next_offset
+    FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[], %(offsets)s::bigint[])
+             AS a(topic_id, partition, next_offset)
+    JOIN {schema}.cursors c
+      ON c.group_name = %(group)s AND c.topic_id = a.topic_id AND c.partition = a.partition
+    ORDER BY c.topic_id, c.partition
+    FOR UPDATE OF c
+)
+UPDATE {schema}.cursors c
+SET next_offset = greatest(c.next_offset, t.next_offset), updated_at = now()
+FROM target t
+WHERE c.group_name = %(group)s AND c.topic_id = t.topic_id AND c.partition = t.partition;
+
+-- name: claim_range
+-- Transactional consumption: locks the first cursor (in the given order) that has unread
+-- messages and no other holder (FOR UPDATE SKIP LOCKED), reads up to %(limit)s messages from it
+-- and advances the cursor past them. Lock and advance last until the caller's transaction ends,
+-- so a rollback re-delivers the range and concurrent claimers take other partitions.
+WITH candidate AS (
+    SELECT c.topic_id, c.partition, c.next_offset
+    FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[])
+             WITH ORDINALITY AS a(topic_id, partition, ord)
+    JOIN {schema}.cursors c
+      ON c.group_name = %(group)s AND c.topic_id = a.topic_id AND c.partition = a.partition
+    JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
+    WHERE c.next_offset < p.next_offset
+    ORDER BY a.ord
+    LIMIT 1
+    FOR UPDATE OF c SKIP LOCKED
+), batch AS (
+    SELECT c.topic_id, c.partition, m."offset", m.key, m.value, m.headers, m.created_at
+    FROM candidate c
+    CROSS JOIN LATERAL (
+        SELECT m."offset", m.key, m.value, m.headers, m.created_at
+        FROM {schema}.messages m
+        WHERE m.topic_id = c.topic_id AND m.partition = c.partition
+          AND m."offset" >= c.next_offset
+        ORDER BY m."offset"
+        LIMIT %(limit)s
+    ) m
+), advanced AS (
+    UPDATE {schema}.cursors c SET next_offset = b.last + 1, updated_at = now()
+    FROM (SELECT topic_id, partition, max("offset") AS last FROM batch
+          GROUP BY topic_id, partition) b
+    WHERE c.group_name = %(group)s AND c.topic_id = b.topic_id AND c.partition = b.partition
+)
+SELECT topic_id, partition, "offset", key, value, headers, created_at FROM batch
+ORDER BY "offset";
+
+-- name: reset_cursors
+-- Sets a group's cursors on one topic (optionally one partition) to earliest, latest, an offset
+-- or the first offset at or after a time; creates missing cursors. Explicit, so it may go back.
+INSERT INTO {schema}.cursors AS c (group_name, topic_id, partition, next_offset)
+SELECT %(group)s, p.topic_id, p.partition,
+       CASE %(mode)s
+           WHEN 'latest' THEN p.next_offset
+           WHEN 'offset' THEN %(offset)s::bigint
+           WHEN 'timestamp' THEN coalesce(
+               (SELECT min(m."offset") FROM {schema}.messages m
+                WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+                  AND m.created_at >= %(timestamp)s::timestamptz),
+               p.next_offset)
+           ELSE coalesce(
+               (SELECT min(m."offset") FROM {schema}.messages m
+                WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+               p.next_offset)
+       END
+FROM {schema}.partitions p
+WHERE p.topic_id = %(topic_id)s
+  AND (%(partition)s::integer IS NULL OR p.partition = %(partition)s::integer)
+ORDER BY p.partition
+ON CONFLICT (group_name, topic_id, partition)
+DO UPDATE SET next_offset = excluded.next_offset, updated_at = now()
+RETURNING c.partition, c.next_offset;
+
+-- name: partition_high_waters
+-- High-water marks of every partition of a topic (no locks).
+SELECT partition, next_offset FROM {schema}.partitions
+WHERE topic_id = %(topic_id)s ORDER BY partition;
+
+-- name: list_groups
+-- Every group with the topics it reads and its total lag (no locks).
+SELECT c.group_name, array_agg(DISTINCT t.name ORDER BY t.name) AS topics,
+       sum(greatest(p.next_offset - c.next_offset, 0))::bigint AS lag,
+       max(c.updated_at) AS updated_at
+FROM {schema}.cursors c
+JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
+JOIN {schema}.topics t ON t.id = c.topic_id
+GROUP BY c.group_name
+ORDER BY c.group_name;
+
+-- name: describe_group
+-- Per partition a group reads: committed offset, high-water mark, lag in messages, and lag in
+-- seconds (age of the oldest unread retained message) (no locks).
+SELECT t.name AS topic, c.partition, c.next_offset AS committed, p.next_offset AS high_water,
+       greatest(p.next_offset - c.next_offset, 0) AS lag,
+       coalesce(extract(epoch FROM now() - (
+           SELECT m.created_at FROM {schema}.messages m
+           WHERE m.topic_id = c.topic_id AND m.partition = c.partition
+             AND m."offset" >= c.next_offset
+           ORDER BY m."offset" LIMIT 1)), 0)::float8 AS lag_seconds,
+       c.updated_at
+FROM {schema}.cursors c
+JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
+JOIN {schema}.topics t ON t.id = c.topic_id
+WHERE c.group_name = %(group)s
+ORDER BY t.name, c.partition;
+
+-- name: delete_group
+-- Deletes every cursor of a group.
+DELETE FROM {schema}.cursors WHERE group_name = %(group)s;

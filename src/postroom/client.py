@@ -1,0 +1,369 @@
+# Generated from src/postroom/client_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The entry point: ``connect()`` returns an :class:`Client` for one postroom schema."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool
+
+from . import _sql
+from ._compat import to_thread
+from ._db import Database
+from .embedded import resolve_url
+from .errors import (
+    GroupNotFound,
+    InvalidArgument,
+    InvalidName,
+    OffsetOutOfRange,
+    TopicExists,
+    TopicNotFound,
+)
+from .log.consumer import Consumer, OffsetReset
+from .log.metadata import TopicCache
+from .log.producer import Appender, Producer
+from .log.records import (
+    GroupInfo,
+    HeaderValue,
+    PartitionInfo,
+    PartitionLag,
+    Published,
+    Record,
+    TopicInfo,
+    TopicPartition,
+    Value,
+    check_name,
+    check_offset,
+    check_partition_count,
+    make_record,
+)
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def connect(
+    url: str | None = None,
+    *,
+    schema: str = "postroom",
+    min_size: int = 1,
+    max_size: int = 10,
+) -> Client:
+    """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
+    PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
+    ``close()`` (or use ``with``) when done.
+
+        with postroom.connect() as client:
+            client.migrate()
+    """
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidName(
+            f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
+            "not starting with a digit"
+        )
+    conninfo = to_thread(resolve_url, url)
+    pool = ConnectionPool(
+        conninfo, min_size=min_size, max_size=max_size, open=False, name="postroom"
+    )
+    pool.open(wait=True)
+    return Client(Database(pool, conninfo, schema))
+
+
+class Client:
+    """Topics, publishing, consumers and group administration on one postroom schema.
+
+    Every write takes an optional ``conn``: the caller's own psycopg connection (or a
+    SQLAlchemy/Django connection wrapping one). The write then joins the caller's transaction
+    and commits or rolls back with the caller's own rows; without it the write commits at once.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._topics = TopicCache(db)
+        self._appender = Appender(db, self._topics)
+
+    @property
+    def schema(self) -> str:
+        return self._db.schema
+
+    @property
+    def conninfo(self) -> str:
+        return self._db.conninfo
+
+    def close(self) -> None:
+        self._db.pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def pending_migrations(self) -> list[str]:
+        """Names (``NNNN_name``) of the migrations not yet applied to this schema."""
+        with self._db.connection() as conn:
+            cur = conn.execute(
+                self._db.q("schema_exists"), {"ledger": f"{self._db.schema}.schema_migrations"}
+            )
+            row = cur.fetchone()
+            applied: set[int] = set()
+            if row is not None and row[0]:
+                cur = conn.execute(self._db.q("applied_migrations"))
+                applied = {r[0] for r in cur.fetchall()}
+        return [f"{m.version:04d}_{m.name}" for m in _sql.migrations() if m.version not in applied]
+
+    def migrate(self) -> list[str]:
+        """Install or upgrade the schema; returns the migrations applied. Idempotent, and safe
+        to call from many processes at once (they serialize on an advisory lock)."""
+        done = []
+        with self._db.connection() as conn:
+            conn.execute(self._db.q("lock_migrations"), {"schema": self._db.schema})
+            conn.execute(self._db.q("create_schema"))
+            cur = conn.execute(self._db.q("applied_migrations"))
+            applied = {r[0] for r in cur.fetchall()}
+            for migration in _sql.migrations():
+                if migration.version in applied:
+                    continue
+                conn.execute(_sql.render(migration.statement, self._db.schema))
+                conn.execute(
+                    self._db.q("record_migration"),
+                    {"version": migration.version, "name": migration.name},
+                )
+                done.append(f"{migration.version:04d}_{migration.name}")
+        return done
+
+    # -- topics -----------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int = 1, retention: timedelta | None = None
+    ) -> None:
+        """Create a topic; raises :class:`TopicExists` if the name is taken."""
+        check_name("topic", name)
+        check_partition_count(partitions)
+        if retention is not None and (
+            not isinstance(retention, timedelta) or retention <= timedelta(0)
+        ):
+            raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
+        try:
+            with self._db.connection() as conn:
+                conn.execute(
+                    self._db.q("create_topic"),
+                    {"name": name, "partitions": partitions, "retention": retention},
+                )
+        except pg_errors.UniqueViolation:
+            raise TopicExists(f"topic {name!r} already exists") from None
+
+    def list_topics(self) -> list[TopicInfo]:
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("list_topics"))
+            rows = cur.fetchall()
+        return [
+            TopicInfo(name, parts, None if ret is None else ret.total_seconds(), created, high)
+            for name, parts, ret, created, high in rows
+        ]
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        """The topic with each partition's low/high-water marks, message count and bytes."""
+        meta = self._topics.get(name)
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("describe_partitions"), {"topic_id": meta.id})
+            parts = tuple(PartitionInfo(*row) for row in cur.fetchall())
+        for topic in self.list_topics():
+            if topic.name == name:
+                return TopicInfo(
+                    topic.name,
+                    topic.partitions,
+                    topic.retention_seconds,
+                    topic.created_at,
+                    topic.high_water,
+                    parts,
+                )
+        raise TopicNotFound(f"unknown topic {name!r}")
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic with its messages and every group's cursors on it."""
+        check_name("topic", name)
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("delete_topic"), {"name": name})
+            deleted = cur.fetchone()
+        self._topics.forget(name)
+        if deleted is None:
+            raise TopicNotFound(f"unknown topic {name!r}")
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow the topic to ``total`` partitions (never fewer). Keys then map anew, as in Kafka."""
+        check_name("topic", name)
+        check_partition_count(total)
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("lock_topic"), {"name": name})
+            row = cur.fetchone()
+            if row is None:
+                raise TopicNotFound(f"unknown topic {name!r}")
+            topic_id, current = row
+            if total <= current:
+                raise InvalidArgument(
+                    f"topic {name!r} has {current} partitions: the new total must be more "
+                    f"(got {total}); partitions are never removed"
+                )
+            conn.execute(
+                self._db.q("add_partitions"),
+                {"topic_id": topic_id, "current": current, "total": total},
+            )
+        self._topics.forget(name)
+
+    # -- producing --------------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        value: Value,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        partition: int | None = None,
+        conn: object = None,
+    ) -> Published:
+        """Write one message; with ``conn`` it commits or rolls back with the caller's work."""
+        record = make_record(topic, value, key, headers, partition)
+        return (self._appender.append([record], conn))[0]
+
+    def publish_batch(
+        self, topic: str, messages: Iterable[Any], *, conn: object = None
+    ) -> list[Published]:
+        """Write many messages in one transaction (the caller's, with ``conn``).
+
+        Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
+        ``partition``. Unkeyed messages share one partition per call."""
+        records = [self._batch_record(topic, item) for item in messages]
+        return self._appender.append(records, conn)
+
+    @staticmethod
+    def _batch_record(topic: str, item: Any) -> Record:
+        if isinstance(item, Mapping) and "value" in item:
+            extra = set(item) - {"value", "key", "headers", "partition"}
+            if extra:
+                raise InvalidArgument(
+                    f"unknown message fields {sorted(extra)}: use value, key, headers, partition"
+                )
+            return make_record(
+                topic, item["value"], item.get("key"), item.get("headers"), item.get("partition")
+            )
+        return make_record(topic, item)
+
+    def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> Producer:
+        """A batching, non-transactional producer; see :class:`Producer`."""
+        return Producer(self._appender, linger_ms=linger_ms, batch_size=batch_size)
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def consumer(
+        self,
+        group: str,
+        topics: str | Iterable[str],
+        *,
+        partitions: Iterable[TopicPartition] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+    ) -> Consumer:
+        """A member of consumer group ``group``; see :class:`Consumer`."""
+        return Consumer(
+            self._db,
+            self._topics,
+            group,
+            [topics] if isinstance(topics, str) else topics,
+            partitions=partitions,
+            auto_offset_reset=auto_offset_reset,
+        )
+
+    # -- groups -----------------------------------------------------------------------------
+
+    def list_groups(self) -> list[GroupInfo]:
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("list_groups"))
+            rows = cur.fetchall()
+        return [GroupInfo(name, tuple(topics), lag, updated) for name, topics, lag, updated in rows]
+
+    def describe_group(self, group: str) -> GroupInfo:
+        """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
+        check_name("group", group)
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("describe_group"), {"group": group})
+            parts = tuple(PartitionLag(*row) for row in cur.fetchall())
+        if not parts:
+            raise GroupNotFound(f"unknown consumer group {group!r}: it has no committed cursor")
+        return GroupInfo(
+            group,
+            tuple(sorted({p.topic for p in parts})),
+            sum(p.lag for p in parts),
+            max(p.updated_at for p in parts),
+            parts,
+        )
+
+    def reset_group(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: str | int | datetime,
+        partition: int | None = None,
+    ) -> dict[int, int]:
+        """Move a group's cursors on ``topic`` to ``"earliest"``, ``"latest"``, an offset, or the
+        first message at or after a datetime. Creates the cursors if the group is new. Returns
+        the new next offset per partition. Run it while the group's consumers are stopped."""
+        check_name("group", group)
+        meta = self._topics.get(topic)
+        params: dict[str, Any] = {
+            "group": group,
+            "topic_id": meta.id,
+            "partition": partition,
+            "mode": "earliest",
+            "offset": None,
+            "timestamp": None,
+        }
+        if partition is not None and not (
+            isinstance(partition, int) and 0 <= partition < meta.partitions
+        ):
+            raise InvalidArgument(
+                f"partition {partition!r} does not exist: topic {topic!r} has partitions "
+                f"0..{meta.partitions - 1}"
+            )
+        if isinstance(to, datetime):
+            if to.tzinfo is None:
+                raise InvalidArgument(f"reset time {to!r} needs a timezone (aware datetime)")
+            params.update(mode="timestamp", timestamp=to)
+        elif to in ("earliest", "latest"):
+            params["mode"] = to
+        elif isinstance(to, int) and not isinstance(to, bool):
+            params.update(mode="offset", offset=check_offset(to))
+        else:
+            raise InvalidArgument(
+                f"invalid reset target {to!r}: use 'earliest', 'latest', an offset >= 0 or an "
+                "aware datetime"
+            )
+        with self._db.connection() as conn:
+            if params["mode"] == "offset":
+                cur = conn.execute(self._db.q("partition_high_waters"), {"topic_id": meta.id})
+                for part, high_water in cur.fetchall():
+                    if (partition is None or part == partition) and to > high_water:
+                        raise OffsetOutOfRange(
+                            f"offset {to} is beyond the high-water mark of {topic}/{part}: "
+                            f"allowed 0..{high_water}"
+                        )
+            cur = conn.execute(self._db.q("reset_cursors"), params)
+            return {part: offset for part, offset in cur.fetchall()}
+
+    def delete_group(self, group: str) -> None:
+        """Forget a group's cursors; a consumer of that group then starts anew."""
+        check_name("group", group)
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("delete_group"), {"group": group})
+            if cur.rowcount == 0:
+                raise GroupNotFound(f"unknown consumer group {group!r}")
+
+
+__all__ = ["Client", "connect"]

@@ -1,0 +1,367 @@
+"""The entry point: ``connect_async()`` returns an :class:`AsyncClient` for one postroom schema."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool
+
+from . import _sql
+from ._acompat import ato_thread
+from ._db_async import AsyncDatabase
+from .embedded import resolve_url
+from .errors import (
+    GroupNotFound,
+    InvalidArgument,
+    InvalidName,
+    OffsetOutOfRange,
+    TopicExists,
+    TopicNotFound,
+)
+from .log.consumer_async import AsyncConsumer, OffsetReset
+from .log.metadata_async import AsyncTopicCache
+from .log.producer_async import AsyncAppender, AsyncProducer
+from .log.records import (
+    GroupInfo,
+    HeaderValue,
+    PartitionInfo,
+    PartitionLag,
+    Published,
+    Record,
+    TopicInfo,
+    TopicPartition,
+    Value,
+    check_name,
+    check_offset,
+    check_partition_count,
+    make_record,
+)
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+async def connect_async(
+    url: str | None = None,
+    *,
+    schema: str = "postroom",
+    min_size: int = 1,
+    max_size: int = 10,
+) -> AsyncClient:
+    """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
+    PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
+    ``close()`` (or use ``async with``) when done.
+
+        async with await postroom.connect_async() as client:
+            await client.migrate()
+    """
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidName(
+            f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
+            "not starting with a digit"
+        )
+    conninfo = await ato_thread(resolve_url, url)
+    pool = AsyncConnectionPool(
+        conninfo, min_size=min_size, max_size=max_size, open=False, name="postroom"
+    )
+    await pool.open(wait=True)
+    return AsyncClient(AsyncDatabase(pool, conninfo, schema))
+
+
+class AsyncClient:
+    """Topics, publishing, consumers and group administration on one postroom schema.
+
+    Every write takes an optional ``conn``: the caller's own psycopg connection (or a
+    SQLAlchemy/Django connection wrapping one). The write then joins the caller's transaction
+    and commits or rolls back with the caller's own rows; without it the write commits at once.
+    """
+
+    def __init__(self, db: AsyncDatabase) -> None:
+        self._db = db
+        self._topics = AsyncTopicCache(db)
+        self._appender = AsyncAppender(db, self._topics)
+
+    @property
+    def schema(self) -> str:
+        return self._db.schema
+
+    @property
+    def conninfo(self) -> str:
+        return self._db.conninfo
+
+    async def close(self) -> None:
+        await self._db.pool.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- schema -----------------------------------------------------------------------------
+
+    async def pending_migrations(self) -> list[str]:
+        """Names (``NNNN_name``) of the migrations not yet applied to this schema."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                self._db.q("schema_exists"), {"ledger": f"{self._db.schema}.schema_migrations"}
+            )
+            row = await cur.fetchone()
+            applied: set[int] = set()
+            if row is not None and row[0]:
+                cur = await conn.execute(self._db.q("applied_migrations"))
+                applied = {r[0] for r in await cur.fetchall()}
+        return [f"{m.version:04d}_{m.name}" for m in _sql.migrations() if m.version not in applied]
+
+    async def migrate(self) -> list[str]:
+        """Install or upgrade the schema; returns the migrations applied. Idempotent, and safe
+        to call from many processes at once (they serialize on an advisory lock)."""
+        done = []
+        async with self._db.connection() as conn:
+            await conn.execute(self._db.q("lock_migrations"), {"schema": self._db.schema})
+            await conn.execute(self._db.q("create_schema"))
+            cur = await conn.execute(self._db.q("applied_migrations"))
+            applied = {r[0] for r in await cur.fetchall()}
+            for migration in _sql.migrations():
+                if migration.version in applied:
+                    continue
+                await conn.execute(_sql.render(migration.statement, self._db.schema))
+                await conn.execute(
+                    self._db.q("record_migration"),
+                    {"version": migration.version, "name": migration.name},
+                )
+                done.append(f"{migration.version:04d}_{migration.name}")
+        return done
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, partitions: int = 1, retention: timedelta | None = None
+    ) -> None:
+        """Create a topic; raises :class:`TopicExists` if the name is taken."""
+        check_name("topic", name)
+        check_partition_count(partitions)
+        if retention is not None and (
+            not isinstance(retention, timedelta) or retention <= timedelta(0)
+        ):
+            raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
+        try:
+            async with self._db.connection() as conn:
+                await conn.execute(
+                    self._db.q("create_topic"),
+                    {"name": name, "partitions": partitions, "retention": retention},
+                )
+        except pg_errors.UniqueViolation:
+            raise TopicExists(f"topic {name!r} already exists") from None
+
+    async def list_topics(self) -> list[TopicInfo]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("list_topics"))
+            rows = await cur.fetchall()
+        return [
+            TopicInfo(name, parts, None if ret is None else ret.total_seconds(), created, high)
+            for name, parts, ret, created, high in rows
+        ]
+
+    async def describe_topic(self, name: str) -> TopicInfo:
+        """The topic with each partition's low/high-water marks, message count and bytes."""
+        meta = await self._topics.get(name)
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("describe_partitions"), {"topic_id": meta.id})
+            parts = tuple(PartitionInfo(*row) for row in await cur.fetchall())
+        for topic in await self.list_topics():
+            if topic.name == name:
+                return TopicInfo(
+                    topic.name,
+                    topic.partitions,
+                    topic.retention_seconds,
+                    topic.created_at,
+                    topic.high_water,
+                    parts,
+                )
+        raise TopicNotFound(f"unknown topic {name!r}")
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic with its messages and every group's cursors on it."""
+        check_name("topic", name)
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("delete_topic"), {"name": name})
+            deleted = await cur.fetchone()
+        self._topics.forget(name)
+        if deleted is None:
+            raise TopicNotFound(f"unknown topic {name!r}")
+
+    async def add_partitions(self, name: str, total: int) -> None:
+        """Grow the topic to ``total`` partitions (never fewer). Keys then map anew, as in Kafka."""
+        check_name("topic", name)
+        check_partition_count(total)
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("lock_topic"), {"name": name})
+            row = await cur.fetchone()
+            if row is None:
+                raise TopicNotFound(f"unknown topic {name!r}")
+            topic_id, current = row
+            if total <= current:
+                raise InvalidArgument(
+                    f"topic {name!r} has {current} partitions: the new total must be more "
+                    f"(got {total}); partitions are never removed"
+                )
+            await conn.execute(
+                self._db.q("add_partitions"),
+                {"topic_id": topic_id, "current": current, "total": total},
+            )
+        self._topics.forget(name)
+
+    # -- producing --------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        topic: str,
+        value: Value,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        partition: int | None = None,
+        conn: object = None,
+    ) -> Published:
+        """Write one message; with ``conn`` it commits or rolls back with the caller's work."""
+        record = make_record(topic, value, key, headers, partition)
+        return (await self._appender.append([record], conn))[0]
+
+    async def publish_batch(
+        self, topic: str, messages: Iterable[Any], *, conn: object = None
+    ) -> list[Published]:
+        """Write many messages in one transaction (the caller's, with ``conn``).
+
+        Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
+        ``partition``. Unkeyed messages share one partition per call."""
+        records = [self._batch_record(topic, item) for item in messages]
+        return await self._appender.append(records, conn)
+
+    @staticmethod
+    def _batch_record(topic: str, item: Any) -> Record:
+        if isinstance(item, Mapping) and "value" in item:
+            extra = set(item) - {"value", "key", "headers", "partition"}
+            if extra:
+                raise InvalidArgument(
+                    f"unknown message fields {sorted(extra)}: use value, key, headers, partition"
+                )
+            return make_record(
+                topic, item["value"], item.get("key"), item.get("headers"), item.get("partition")
+            )
+        return make_record(topic, item)
+
+    def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> AsyncProducer:
+        """A batching, non-transactional producer; see :class:`AsyncProducer`."""
+        return AsyncProducer(self._appender, linger_ms=linger_ms, batch_size=batch_size)
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def consumer(
+        self,
+        group: str,
+        topics: str | Iterable[str],
+        *,
+        partitions: Iterable[TopicPartition] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+    ) -> AsyncConsumer:
+        """A member of consumer group ``group``; see :class:`AsyncConsumer`."""
+        return AsyncConsumer(
+            self._db,
+            self._topics,
+            group,
+            [topics] if isinstance(topics, str) else topics,
+            partitions=partitions,
+            auto_offset_reset=auto_offset_reset,
+        )
+
+    # -- groups -----------------------------------------------------------------------------
+
+    async def list_groups(self) -> list[GroupInfo]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("list_groups"))
+            rows = await cur.fetchall()
+        return [GroupInfo(name, tuple(topics), lag, updated) for name, topics, lag, updated in rows]
+
+    async def describe_group(self, group: str) -> GroupInfo:
+        """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
+        check_name("group", group)
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("describe_group"), {"group": group})
+            parts = tuple(PartitionLag(*row) for row in await cur.fetchall())
+        if not parts:
+            raise GroupNotFound(f"unknown consumer group {group!r}: it has no committed cursor")
+        return GroupInfo(
+            group,
+            tuple(sorted({p.topic for p in parts})),
+            sum(p.lag for p in parts),
+            max(p.updated_at for p in parts),
+            parts,
+        )
+
+    async def reset_group(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: str | int | datetime,
+        partition: int | None = None,
+    ) -> dict[int, int]:
+        """Move a group's cursors on ``topic`` to ``"earliest"``, ``"latest"``, an offset, or the
+        first message at or after a datetime. Creates the cursors if the group is new. Returns
+        the new next offset per partition. Run it while the group's consumers are stopped."""
+        check_name("group", group)
+        meta = await self._topics.get(topic)
+        params: dict[str, Any] = {
+            "group": group,
+            "topic_id": meta.id,
+            "partition": partition,
+            "mode": "earliest",
+            "offset": None,
+            "timestamp": None,
+        }
+        if partition is not None and not (
+            isinstance(partition, int) and 0 <= partition < meta.partitions
+        ):
+            raise InvalidArgument(
+                f"partition {partition!r} does not exist: topic {topic!r} has partitions "
+                f"0..{meta.partitions - 1}"
+            )
+        if isinstance(to, datetime):
+            if to.tzinfo is None:
+                raise InvalidArgument(f"reset time {to!r} needs a timezone (aware datetime)")
+            params.update(mode="timestamp", timestamp=to)
+        elif to in ("earliest", "latest"):
+            params["mode"] = to
+        elif isinstance(to, int) and not isinstance(to, bool):
+            params.update(mode="offset", offset=check_offset(to))
+        else:
+            raise InvalidArgument(
+                f"invalid reset target {to!r}: use 'earliest', 'latest', an offset >= 0 or an "
+                "aware datetime"
+            )
+        async with self._db.connection() as conn:
+            if params["mode"] == "offset":
+                cur = await conn.execute(self._db.q("partition_high_waters"), {"topic_id": meta.id})
+                for part, high_water in await cur.fetchall():
+                    if (partition is None or part == partition) and to > high_water:
+                        raise OffsetOutOfRange(
+                            f"offset {to} is beyond the high-water mark of {topic}/{part}: "
+                            f"allowed 0..{high_water}"
+                        )
+            cur = await conn.execute(self._db.q("reset_cursors"), params)
+            return {part: offset for part, offset in await cur.fetchall()}
+
+    async def delete_group(self, group: str) -> None:
+        """Forget a group's cursors; a consumer of that group then starts anew."""
+        check_name("group", group)
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("delete_group"), {"group": group})
+            if cur.rowcount == 0:
+                raise GroupNotFound(f"unknown consumer group {group!r}")
+
+
+__all__ = ["AsyncClient", "connect_async"]

@@ -1,0 +1,55 @@
+"""The errors postroom raises: a small hierarchy under :class:`PostroomError`.
+
+Each message names the bad value and what is allowed. Errors about caller input also derive from
+the matching built-in (``ValueError``, ``TypeError``, ``LookupError``) so generic handlers work.
+"""
+
+from __future__ import annotations
+
+
+class PostroomError(Exception):
+    """Base class of every error postroom raises on purpose."""
+
+
+class InvalidArgument(PostroomError, ValueError):
+    """A value is outside what is allowed (a name, a count, a size, an offset)."""
+
+
+class InvalidName(InvalidArgument):
+    """A topic, group or queue name does not match the allowed pattern."""
+
+
+class InvalidType(PostroomError, TypeError):
+    """A value has a type postroom cannot encode."""
+
+
+class MessageTooLarge(InvalidArgument):
+    """A key, value or header set is larger than the configured limit."""
+
+
+class NotFound(PostroomError, LookupError):
+    """Base class of the unknown-object errors."""
+
+
+class TopicNotFound(NotFound):
+    """The topic does not exist."""
+
+
+class GroupNotFound(NotFound):
+    """The consumer group has no committed cursor."""
+
+
+class TopicExists(PostroomError):
+    """A topic with this name already exists."""
+
+
+class OffsetOutOfRange(InvalidArgument):
+    """An offset is negative or beyond the partition's high-water mark."""
+
+
+class SchemaNotReady(PostroomError):
+    """The postroom schema is missing or older than this version: run ``postroom init``."""
+
+
+class ProducerClosed(PostroomError):
+    """``send`` was called on a closed producer."""

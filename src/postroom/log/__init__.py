@@ -1,0 +1,1 @@
+"""The log engine: topics split into partitions, gapless offsets, consumer groups with cursors."""

@@ -1,0 +1,343 @@
+# Generated from src/postroom/log/consumer_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The read path: a consumer group member with poll/commit and transactional consumption."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import psycopg
+
+from .._db import Database
+from ..errors import InvalidArgument, OffsetOutOfRange
+from .metadata import TopicCache, TopicMeta
+from .records import Message, TopicPartition, check_name, check_offset, decode_headers
+
+OffsetReset = Literal["earliest", "latest"]
+POLL_INTERVAL = 0.5
+"""Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
+
+
+@dataclass
+class Batch:
+    """Messages claimed by ``consumer.transaction()``, and the connection of that transaction.
+
+    Write your own rows with ``batch.connection``: they commit together with the cursor advance
+    when the ``with`` block ends, or roll back with it (then the messages are delivered again).
+    """
+
+    messages: list[Message]
+    connection: psycopg.Connection[Any]
+    topic_partition: TopicPartition | None = None
+
+    def __iter__(self) -> Any:
+        return iter(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+@dataclass
+class _Assigned:
+    meta: TopicMeta
+    partition: int
+    position: int = 0
+    buffer: deque[Message] = field(default_factory=deque)
+
+
+class Consumer:
+    """A member of consumer group ``group`` reading ``topics``.
+
+    Partitions are assigned explicitly: all partitions of the topics, or ``partitions``.
+    Kafka-style use: ``poll()`` returns messages from the in-memory position, ``commit()``
+    stores the next offsets to read. ``transaction()`` instead claims a range under the cursor's
+    row lock and commits the caller's writes with the cursor advance.
+
+        with client.consumer("billing", ["orders"]) as consumer:
+            for message in consumer.poll(timeout=1.0):
+                handle(message)
+            consumer.commit()
+
+    A new group starts at ``auto_offset_reset``: the earliest retained message or the latest.
+    Not safe to share between tasks; use one consumer per task.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        topics_cache: TopicCache,
+        group: str,
+        topics: Iterable[str],
+        *,
+        partitions: Iterable[TopicPartition] | None = None,
+        auto_offset_reset: OffsetReset = "earliest",
+    ) -> None:
+        self._db = db
+        self._topics_cache = topics_cache
+        self.group = check_name("group", group)
+        self._topic_names = [topics] if isinstance(topics, str) else list(topics)
+        if not self._topic_names:
+            raise InvalidArgument("a consumer needs at least one topic")
+        for name in self._topic_names:
+            check_name("topic", name)
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise InvalidArgument(
+                f"invalid auto_offset_reset {auto_offset_reset!r}: use 'earliest' or 'latest'"
+            )
+        self._auto_offset_reset = auto_offset_reset
+        self._requested = None if partitions is None else [TopicPartition(*p) for p in partitions]
+        self._assigned: dict[TopicPartition, _Assigned] = {}
+        self._by_id: dict[tuple[int, int], _Assigned] = {}
+        self._listener: psycopg.Connection[Any] | None = None
+        self._claim_start = 0
+        self._ready = False
+        self._closed = False
+
+    # -- assignment -----------------------------------------------------------------------
+
+    def _ensure_assigned(self) -> None:
+        if self._ready:
+            return
+        if self._closed:
+            raise InvalidArgument("the consumer is closed")
+        metas = {name: self._topics_cache.get(name) for name in self._topic_names}
+        wanted = self._requested or [
+            TopicPartition(m.name, p) for m in metas.values() for p in range(m.partitions)
+        ]
+        for tp in wanted:
+            meta = metas.get(tp.topic)
+            if meta is None:
+                raise InvalidArgument(f"partition {tp} is not in the subscribed topics")
+            if not 0 <= tp.partition < meta.partitions:
+                raise InvalidArgument(
+                    f"partition {tp.partition} does not exist: topic {tp.topic!r} has "
+                    f"partitions 0..{meta.partitions - 1}"
+                )
+            assigned = _Assigned(meta, tp.partition)
+            self._assigned[tp] = assigned
+            self._by_id[(meta.id, tp.partition)] = assigned
+        self._listener = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
+        self._listener.execute("LISTEN postroom")
+        ids = self._id_arrays()
+        with self._db.connection() as conn:
+            conn.execute(
+                self._db.q("ensure_cursors"),
+                {"group": self.group, "reset": self._auto_offset_reset, **ids},
+            )
+            cur = conn.execute(self._db.q("read_cursors"), {"group": self.group, **ids})
+            for topic_id, partition, next_offset in cur.fetchall():
+                self._by_id[(topic_id, partition)].position = next_offset
+        self._ready = True
+
+    def _id_arrays(self, only: Sequence[_Assigned] | None = None) -> dict[str, list[int]]:
+        chosen = list(self._assigned.values()) if only is None else only
+        return {
+            "topic_ids": [a.meta.id for a in chosen],
+            "partitions": [a.partition for a in chosen],
+        }
+
+    def assignment(self) -> set[TopicPartition]:
+        self._ensure_assigned()
+        return set(self._assigned)
+
+    def _get(self, tp: TopicPartition) -> _Assigned:
+        try:
+            return self._assigned[TopicPartition(*tp)]
+        except KeyError:
+            raise InvalidArgument(f"partition {tp} is not assigned to this consumer") from None
+
+    # -- poll / commit --------------------------------------------------------------------
+
+    def poll(self, timeout: float = 1.0, max_messages: int = 500) -> list[Message]:
+        """Up to ``max_messages`` messages after the current positions, waiting at most
+        ``timeout`` seconds for the first one. Advances the in-memory positions only: call
+        ``commit()`` to store them."""
+        if max_messages < 1:
+            raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
+        self._ensure_assigned()
+        deadline = time.monotonic() + max(timeout, 0)
+        while True:
+            if not any(a.buffer for a in self._assigned.values()):
+                self._fetch(max_messages)
+            taken = self._take(max_messages)
+            if taken:
+                return taken
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            self._wait_for_wakeup(min(remaining, POLL_INTERVAL))
+
+    def _fetch(self, limit: int) -> None:
+        assigned = list(self._assigned.values())
+        params = {**self._id_arrays(assigned), "positions": [a.position for a in assigned]}
+        with self._db.connection() as conn:
+            cur = conn.execute(
+                self._db.q("fetch_messages"), {**params, "limit": limit}, binary=True
+            )
+            rows = cur.fetchall()
+        for topic_id, partition, offset, key, value, headers, created_at in rows:
+            target = self._by_id[(topic_id, partition)]
+            target.buffer.append(
+                Message(
+                    target.meta.name,
+                    partition,
+                    offset,
+                    key,
+                    value,
+                    decode_headers(headers),
+                    created_at,
+                )
+            )
+
+    def _take(self, max_messages: int) -> list[Message]:
+        taken: list[Message] = []
+        for assigned in self._assigned.values():
+            while assigned.buffer and len(taken) < max_messages:
+                message = assigned.buffer.popleft()
+                if message.offset < assigned.position:
+                    continue  # superseded by a seek or a transactional claim
+                taken.append(message)
+                assigned.position = message.offset + 1
+        return taken
+
+    def _wait_for_wakeup(self, timeout: float) -> None:
+        assert self._listener is not None
+        wanted = {str(a.meta.id) for a in self._assigned.values()}
+        for notify in self._listener.notifies(timeout=timeout):
+            if notify.payload in wanted:
+                return
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Store the next offsets to read: the current positions, or ``offsets``.
+
+        Cursors only move forward: committing an offset below the stored one changes nothing
+        (use ``Client.reset_group`` to go back)."""
+        self._ensure_assigned()
+        if offsets is None:
+            chosen = list(self._assigned.values())
+            values = [a.position for a in chosen]
+        else:
+            chosen = [self._get(tp) for tp in offsets]
+            values = [check_offset(v) for v in offsets.values()]
+        if not chosen:
+            return
+        with self._db.connection() as conn:
+            conn.execute(
+                self._db.q("commit_cursors"),
+                {"group": self.group, **self._id_arrays(chosen), "offsets": values},
+            )
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The stored next offset of the group for ``tp``."""
+        self._ensure_assigned()
+        assigned = self._get(tp)
+        with self._db.connection() as conn:
+            cur = conn.execute(
+                self._db.q("read_cursors"), {"group": self.group, **self._id_arrays([assigned])}
+            )
+            row = cur.fetchone()
+        return None if row is None else int(row[2])
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next message ``poll()`` returns for ``tp``."""
+        self._ensure_assigned()
+        return self._get(tp).position
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make the next ``poll()`` start at ``offset`` in ``tp`` (0 .. high-water mark)."""
+        check_offset(offset)
+        self._ensure_assigned()
+        assigned = self._get(tp)
+        with self._db.connection() as conn:
+            cur = conn.execute(
+                self._db.q("high_water"),
+                {"topic_id": assigned.meta.id, "partition": assigned.partition},
+            )
+            row = cur.fetchone()
+        high_water = 0 if row is None else int(row[0])
+        if offset > high_water:
+            raise OffsetOutOfRange(
+                f"offset {offset} is beyond the high-water mark of {tp.topic}/{tp.partition}: "
+                f"allowed 0..{high_water}"
+            )
+        assigned.position = offset
+        assigned.buffer.clear()
+
+    # -- transactional consumption --------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, max_messages: int = 100, timeout: float = 0.0) -> Iterator[Batch]:
+        """Claim up to ``max_messages`` messages of one partition, under its cursor row lock.
+
+        The block gets the messages and the connection; when it ends without error, the
+        caller's writes and the cursor advance commit together; on error both roll back and
+        the messages will be delivered again. Other members of the group claim other
+        partitions meanwhile (SKIP LOCKED). Waits up to ``timeout`` seconds for messages; the
+        batch may be empty.
+
+            with consumer.transaction() as batch:
+                for message in batch:
+                    batch.connection.execute("INSERT INTO invoices ...", ...)
+        """
+        if max_messages < 1:
+            raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
+        self._ensure_assigned()
+        deadline = time.monotonic() + max(timeout, 0)
+        with self._db.connection() as conn:
+            while True:
+                messages = self._claim(conn, max_messages)
+                if messages or time.monotonic() >= deadline:
+                    break
+                conn.rollback()
+                self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
+            tp = messages[0].topic_partition if messages else None
+            yield Batch(messages, conn, tp)
+        if messages:
+            # Committed: later polls continue after the claimed range.
+            assigned = self._assigned[messages[0].topic_partition]
+            assigned.position = max(assigned.position, messages[-1].offset + 1)
+
+    def _claim(self, conn: psycopg.Connection[Any], limit: int) -> list[Message]:
+        order = list(self._assigned.values())
+        start = self._claim_start % len(order)
+        order = order[start:] + order[:start]
+        self._claim_start += 1
+        cur = conn.execute(
+            self._db.q("claim_range"),
+            {"group": self.group, **self._id_arrays(order), "limit": limit},
+            binary=True,
+        )
+        messages = []
+        for topic_id, partition, offset, key, value, headers, created_at in cur.fetchall():
+            name = self._by_id[(topic_id, partition)].meta.name
+            messages.append(
+                Message(name, partition, offset, key, value, decode_headers(headers), created_at)
+            )
+        return messages
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the consumer's connection. Does not commit."""
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Message]:
+        while not self._closed:
+            yield from self.poll(timeout=POLL_INTERVAL)

@@ -1,0 +1,56 @@
+# Generated from src/postroom/log/metadata_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""Topic metadata (id and partition count by name), cached briefly like a Kafka client's."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import psycopg
+
+from .._db import Database
+from ..errors import TopicNotFound
+from .records import check_name
+
+METADATA_MAX_AGE = 5.0
+"""Seconds a cached partition count is trusted (Kafka's metadata.max.age.ms is 5 minutes)."""
+
+
+class TopicMeta(NamedTuple):
+    id: int
+    name: str
+    partitions: int
+
+
+class TopicCache:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cache: dict[str, tuple[TopicMeta, float]] = {}
+
+    def get(self, name: str, conn: psycopg.Connection[Any] | None = None) -> TopicMeta:
+        """The topic's metadata; raises :class:`TopicNotFound`. Reads on ``conn`` if given, so a
+        topic created earlier in the caller's transaction is found."""
+        cached = self._cache.get(name)
+        if cached is not None and time.monotonic() - cached[1] < METADATA_MAX_AGE:
+            return cached[0]
+        check_name("topic", name)
+        if conn is None:
+            with self._db.connection() as pooled:
+                row = self._fetch(pooled, name)
+        else:
+            row = self._fetch(conn, name)
+        if row is None:
+            self._cache.pop(name, None)
+            raise TopicNotFound(f"unknown topic {name!r}: create it with create_topic()")
+        meta = TopicMeta(row[0], name, row[1])
+        self._cache[name] = (meta, time.monotonic())
+        return meta
+
+    def _fetch(self, conn: psycopg.Connection[Any], name: str) -> tuple[int, int] | None:
+        cur = conn.execute(self._db.q("topic_by_name"), {"name": name})
+        row = cur.fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def forget(self, name: str) -> None:
+        self._cache.pop(name, None)

@@ -1,0 +1,205 @@
+"""The write path: one statement per partition batch, and the batching producer on top of it."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections import defaultdict
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .._acompat import ACondition, AFuture, agather, aspawn, new_future
+from .._db_async import AsyncDatabase
+from ..errors import InvalidArgument, ProducerClosed, TopicNotFound
+from .metadata_async import AsyncTopicCache, TopicMeta
+from .partitioner import partition_for_key
+from .records import HeaderValue, Published, Record, Value, make_record
+
+
+class AsyncAppender:
+    """Writes records to the log in the caller's transaction or a pooled one.
+
+    Records of one topic and partition go in one ``append_batch`` statement; partitions are
+    written in ascending (topic id, partition) order so concurrent writers cannot deadlock on the
+    counter rows. Unkeyed records without a partition share one sticky partition per call.
+    """
+
+    def __init__(self, db: AsyncDatabase, topics: AsyncTopicCache) -> None:
+        self._db = db
+        self._topics = topics
+        self._sticky = itertools.count(random.randrange(1 << 16))
+
+    async def append(self, records: list[Record], conn: object = None) -> list[Published]:
+        if not records:
+            return []
+        async with self._db.connection(conn) as db_conn:
+            return await self._append(db_conn, records, use_conn=conn is not None)
+
+    async def _append(
+        self, conn: psycopg.AsyncConnection[Any], records: list[Record], *, use_conn: bool
+    ) -> list[Published]:
+        metas: dict[str, TopicMeta] = {}
+        for record in records:
+            if record.topic not in metas:
+                metas[record.topic] = await self._topics.get(
+                    record.topic, conn if use_conn else None
+                )
+        sticky: dict[str, int] = {}
+        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for index, record in enumerate(records):
+            meta = metas[record.topic]
+            partition = self._place(record, meta, sticky)
+            groups[(meta.id, partition)].append(index)
+
+        results: list[Published | None] = [None] * len(records)
+        async with conn.pipeline():
+            cursors = []
+            for topic_id, partition in sorted(groups):
+                batch = [records[i] for i in groups[(topic_id, partition)]]
+                keys = [r.key for r in batch]
+                headers = [None if r.headers is None else Jsonb(r.headers) for r in batch]
+                params = {
+                    "topic_id": topic_id,
+                    "partition": partition,
+                    "values": [r.value for r in batch],
+                    "keys": keys if any(k is not None for k in keys) else None,
+                    "headers": headers if any(h is not None for h in headers) else None,
+                }
+                cursors.append(await conn.execute(self._db.q("append_batch"), params))
+            await conn.execute(
+                self._db.q("notify_topics"), {"topic_ids": sorted({m.id for m in metas.values()})}
+            )
+            for (topic_id, partition), cur in zip(sorted(groups), cursors, strict=True):
+                row = await cur.fetchone()
+                if row is None:
+                    # The counter row is gone: the topic was deleted (maybe recreated) meanwhile.
+                    for meta in metas.values():
+                        self._topics.forget(meta.name)
+                    names = [m.name for m in metas.values() if m.id == topic_id]
+                    raise TopicNotFound(f"topic {names[0]!r} was deleted while publishing")
+                for step, index in enumerate(groups[(topic_id, partition)]):
+                    results[index] = Published(partition, row[0] + step)
+        return [r for r in results if r is not None]
+
+    def _place(self, record: Record, meta: TopicMeta, sticky: dict[str, int]) -> int:
+        if record.partition is not None:
+            if record.partition >= meta.partitions:
+                raise InvalidArgument(
+                    f"partition {record.partition} does not exist: topic {meta.name!r} has "
+                    f"partitions 0..{meta.partitions - 1}"
+                )
+            return record.partition
+        if record.key is not None:
+            return partition_for_key(record.key, meta.partitions)
+        if meta.name not in sticky:
+            sticky[meta.name] = next(self._sticky) % meta.partitions
+        return sticky[meta.name]
+
+
+class AsyncProducer:
+    """A non-transactional producer that batches concurrent sends into few transactions.
+
+    Safe to share between tasks. ``send`` checks and encodes the message at once (bad input
+    raises there), queues it and returns a future of its :class:`Published` position, resolved
+    when its batch commits. A batch is written when ``batch_size`` messages are queued or the
+    oldest has waited ``linger_ms``. Always ``close()`` (or use ``async with``): it flushes.
+
+        async with client.producer() as producer:
+            future = await producer.send("orders", {"id": 1}, key="customer-7")
+        print(await future)  # Published(partition=2, offset=41)
+
+    A batch that fails (say, the connection drops) fails every future in it; postroom does not
+    retry it, because the commit's outcome may be unknown and a retry could duplicate messages.
+    """
+
+    def __init__(
+        self, appender: AsyncAppender, *, linger_ms: float = 5, batch_size: int = 10000
+    ) -> None:
+        if linger_ms < 0:
+            raise InvalidArgument(f"invalid linger_ms {linger_ms!r}: must be >= 0")
+        if batch_size < 1:
+            raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
+        self._appender = appender
+        self._linger = linger_ms / 1000
+        self._batch_size = batch_size
+        self._cond = ACondition()
+        self._pending: list[tuple[Record, AFuture[Published]]] = []
+        self._in_flight = 0
+        self._closed = False
+        self._worker: Any = None
+
+    async def send(
+        self,
+        topic: str,
+        value: Value,
+        *,
+        key: bytes | str | None = None,
+        headers: dict[str, HeaderValue] | None = None,
+        partition: int | None = None,
+    ) -> AFuture[Published]:
+        record = make_record(topic, value, key, headers, partition)
+        future: AFuture[Published] = new_future()
+        async with self._cond:
+            if self._closed:
+                raise ProducerClosed("send() on a closed producer")
+            self._pending.append((record, future))
+            if self._worker is None:
+                self._worker = aspawn(self._run, name="postroom-producer")
+            if len(self._pending) == 1 or len(self._pending) >= self._batch_size:
+                self._cond.notify_all()
+        return future
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is written (or failed)."""
+        async with self._cond:
+            while self._pending or self._in_flight:
+                self._cond.notify_all()
+                await self._cond.wait_timeout(0.1)
+
+    async def close(self) -> None:
+        """Flush, then stop the background writer. Idempotent."""
+        async with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._worker is not None:
+            await agather(self._worker)
+            self._worker = None
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self) -> None:
+        while True:
+            async with self._cond:
+                while not self._pending and not self._closed:
+                    await self._cond.wait_timeout(1.0)
+                if not self._pending:
+                    return  # closed and drained
+                deadline = time.monotonic() + self._linger
+                while len(self._pending) < self._batch_size and not self._closed:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    await self._cond.wait_timeout(remaining)
+                batch = self._pending[: self._batch_size]
+                del self._pending[: self._batch_size]
+                self._in_flight += 1
+            try:
+                results = await self._appender.append([record for record, _ in batch])
+            except BaseException as exc:  # noqa: BLE001 - every waiting sender gets the error
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+            else:
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+            async with self._cond:
+                self._in_flight -= 1
+                self._cond.notify_all()

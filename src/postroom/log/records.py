@@ -1,0 +1,239 @@
+"""Records and their encoding, with the input checks: sans-IO, unit-tested without a database."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from ..errors import InvalidArgument, InvalidName, InvalidType, MessageTooLarge
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+MAX_PARTITIONS = 1000
+MAX_KEY_BYTES = 4096
+MAX_VALUE_BYTES = 1024 * 1024  # Kafka's default message.max.bytes is about 1 MB too.
+MAX_HEADERS = 64
+MAX_HEADER_BYTES = 64 * 1024  # names and values together
+
+Value = (
+    bytes | bytearray | memoryview | str | int | float | bool | list[Any] | dict[str, Any] | None
+)
+HeaderValue = str | bytes
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class Published(NamedTuple):
+    """Where a published message landed."""
+
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message read from the log: ``value`` is the stored bytes; ``json()``, ``text()`` decode."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, HeaderValue]
+    timestamp: datetime
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def id(self) -> str:
+        """``topic/partition/offset``: unique within one postroom schema, for deduplication."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+    def text(self) -> str:
+        return self.value.decode("utf-8")
+
+    def json(self) -> Any:
+        return json.loads(self.value)
+
+
+def check_name(kind: str, name: object) -> str:
+    """Return ``name`` if it is a valid topic/group/queue name, else raise :class:`InvalidName`."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise InvalidName(
+            f"invalid {kind} name {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_partition_count(partitions: object) -> int:
+    if (
+        not isinstance(partitions, int)
+        or isinstance(partitions, bool)
+        or not 1 <= partitions <= MAX_PARTITIONS
+    ):
+        raise InvalidArgument(
+            f"invalid partition count {partitions!r}: must be an integer from 1 to {MAX_PARTITIONS}"
+        )
+    return partitions
+
+
+def check_offset(offset: object) -> int:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidArgument(f"invalid offset {offset!r}: must be an integer >= 0")
+    return offset
+
+
+def encode_value(value: Value) -> bytes:
+    """Bytes pass through, str is UTF-8, anything else is serialized as JSON."""
+    if isinstance(value, bytes):
+        data = value
+    elif isinstance(value, (bytearray, memoryview)):
+        data = bytes(value)
+    elif isinstance(value, str):
+        data = value.encode("utf-8")
+    else:
+        try:
+            data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise InvalidType(
+                f"cannot encode value of type {type(value).__name__}: pass bytes, str, or a "
+                f"JSON-serializable object ({exc})"
+            ) from None
+    if len(data) > MAX_VALUE_BYTES:
+        raise MessageTooLarge(
+            f"value is {len(data)} bytes: the limit is {MAX_VALUE_BYTES} bytes per message"
+        )
+    return data
+
+
+def encode_key(key: bytes | str | None) -> bytes | None:
+    if key is None:
+        return None
+    if isinstance(key, str):
+        data = key.encode("utf-8")
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        data = bytes(key)
+    else:
+        raise InvalidType(f"invalid key of type {type(key).__name__}: pass bytes, str or None")
+    if len(data) > MAX_KEY_BYTES:
+        raise MessageTooLarge(f"key is {len(data)} bytes: the limit is {MAX_KEY_BYTES} bytes")
+    return data
+
+
+def encode_headers(headers: Mapping[str, HeaderValue] | None) -> dict[str, Any] | None:
+    """Headers as a JSON object: str values stay strings, bytes become ``{"b64": ...}``."""
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise InvalidType(
+            f"invalid headers of type {type(headers).__name__}: pass a dict[str, str | bytes]"
+        )
+    if len(headers) > MAX_HEADERS:
+        raise MessageTooLarge(f"{len(headers)} headers: the limit is {MAX_HEADERS} per message")
+    encoded: dict[str, Any] = {}
+    size = 0
+    for name, value in headers.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidType(f"invalid header name {name!r}: header names are non-empty str")
+        if isinstance(value, str):
+            encoded[name] = value
+            size += len(name) + len(value.encode("utf-8"))
+        elif isinstance(value, (bytes, bytearray)):
+            encoded[name] = {"b64": base64.b64encode(value).decode("ascii")}
+            size += len(name) + len(value)
+        else:
+            raise InvalidType(
+                f"invalid value for header {name!r} of type {type(value).__name__}: "
+                "pass str or bytes"
+            )
+    if size > MAX_HEADER_BYTES:
+        raise MessageTooLarge(f"headers are {size} bytes: the limit is {MAX_HEADER_BYTES} bytes")
+    return encoded
+
+
+def decode_headers(stored: dict[str, Any] | None) -> dict[str, HeaderValue]:
+    if not stored:
+        return {}
+    return {
+        name: value if isinstance(value, str) else base64.b64decode(value["b64"])
+        for name, value in stored.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    low_water: int
+    """The first retained offset (the high-water mark when the partition is empty)."""
+    high_water: int
+    """The next offset to be written: the number of messages ever written to the partition."""
+    messages: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    retention_seconds: float | None
+    created_at: datetime
+    high_water: int
+    """Sum of the partitions' high-water marks: messages ever written to the topic."""
+    partition_info: tuple[PartitionInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int
+    high_water: int
+    lag: int
+    lag_seconds: float
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    name: str
+    topics: tuple[str, ...]
+    lag: int
+    updated_at: datetime
+    partitions: tuple[PartitionLag, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A message to write, already encoded and checked."""
+
+    topic: str
+    value: bytes
+    key: bytes | None = None
+    headers: dict[str, Any] | None = None
+    partition: int | None = None
+
+
+def make_record(
+    topic: str,
+    value: Value,
+    key: bytes | str | None = None,
+    headers: Mapping[str, HeaderValue] | None = None,
+    partition: int | None = None,
+) -> Record:
+    """Check and encode one message to write; raises before anything is stored."""
+    check_name("topic", topic)
+    if partition is not None and (
+        not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
+    ):
+        raise InvalidArgument(f"invalid partition {partition!r}: must be an integer >= 0")
+    return Record(topic, encode_value(value), encode_key(key), encode_headers(headers), partition)
