@@ -24,8 +24,8 @@ ORDER BY t.name;
 -- name: describe_partitions
 -- Per partition of one topic: high-water mark, low-water mark, retained count and bytes (no locks).
 -- Offsets are gapless and retention deletes a prefix, so the count is high - low.
-SELECT p.partition, p.next_offset AS high_water,
-       coalesce(s.low_water, p.next_offset) AS low_water,
+SELECT p.partition, coalesce(s.low_water, p.next_offset) AS low_water,
+       p.next_offset AS high_water,
        p.next_offset - coalesce(s.low_water, p.next_offset) AS messages,
        coalesce(s.bytes, 0)::bigint AS bytes
 FROM {schema}.partitions p

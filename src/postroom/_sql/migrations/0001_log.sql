@@ -141,6 +141,7 @@ DECLARE
     sticky integer;
     parts integer[];
     firsts bigint[];
+    first_offset bigint;
     p integer;
     n integer;
 BEGIN
@@ -166,9 +167,10 @@ BEGIN
         n := cardinality(array_positions(parts, p));
         UPDATE {schema}.partitions c SET next_offset = c.next_offset + n
         WHERE c.topic_id = t.id AND c.partition = p
-        RETURNING c.next_offset - n INTO firsts[p + 1];
+        RETURNING c.next_offset - n INTO first_offset;
+        firsts[p + 1] := first_offset;
         INSERT INTO {schema}.messages (topic_id, partition, "offset", key, value, headers)
-        SELECT t.id, p, firsts[p + 1] + row_number() OVER (ORDER BY b.ord) - 1,
+        SELECT t.id, p, first_offset + row_number() OVER (ORDER BY b.ord) - 1,
                b.key, b.value, b.headers
         FROM unnest("values", keys, headers, parts) WITH ORDINALITY AS b(value, key, headers, part, ord)
         WHERE b.part = p;
