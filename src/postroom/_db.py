@@ -40,12 +40,12 @@ class Database:
         block runs in a transaction of its own so a batch is still all or nothing.
         """
         if conn is None:
-            with translate_errors():
+            with translate_errors(self.schema):
                 with self.pool.connection() as pooled:
                     yield pooled
             return
         raw = unwrap_connection(conn, psycopg.Connection)
-        with translate_errors():
+        with translate_errors(self.schema):
             if raw.autocommit:
                 with raw.transaction():
                     yield raw
@@ -71,18 +71,26 @@ def unwrap_connection(conn: object, expected: type[Any]) -> Any:
 
 
 class translate_errors:
-    """Turn database errors that mean bad input or a missing schema into postroom errors."""
+    """Turn database errors that mean bad input or a missing schema into postroom errors.
+
+    ``schema`` is the postroom schema in use: a missing relation or function in it means the
+    schema is not installed (or older than this version), whatever its name.
+    """
+
+    def __init__(self, schema: str = "postroom") -> None:
+        self._schema = schema
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction) and (
-            "postroom" in str(exc) or "schema_migrations" in str(exc)
+            f"{self._schema}." in str(exc) or "schema_migrations" in str(exc)
         ):
+            first_line = str(exc).strip().splitlines()[0]
             raise SchemaNotReady(
-                f"the postroom schema is not installed or out of date ({exc}): "
-                "run `postroom init` or client.migrate()"
+                f"the postroom schema {self._schema!r} is not installed or out of date "
+                f"({first_line}): run `postroom init` or client.migrate()"
             ) from exc
         if isinstance(exc, pg_errors.InvalidSchemaName):
             raise SchemaNotReady(f"{exc}: run `postroom init` or client.migrate()") from exc
