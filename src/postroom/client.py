@@ -190,6 +190,9 @@ class Client:
         """Delete a topic with its messages and every group's cursors on it."""
         check_name("topic", name)
         with self._db.connection() as conn:
+            # Messages have no foreign key (0001_log.sql): wait for in-flight writers first,
+            # so the delete's snapshot sees all of the topic's messages.
+            conn.execute(self._db.q("lock_topic_partitions"), {"name": name})
             cur = conn.execute(self._db.q("delete_topic"), {"name": name})
             deleted = cur.fetchone()
         self._topics.forget(name)

@@ -188,6 +188,9 @@ class AsyncClient:
         """Delete a topic with its messages and every group's cursors on it."""
         check_name("topic", name)
         async with self._db.connection() as conn:
+            # Messages have no foreign key (0001_log.sql): wait for in-flight writers first,
+            # so the delete's snapshot sees all of the topic's messages.
+            await conn.execute(self._db.q("lock_topic_partitions"), {"name": name})
             cur = await conn.execute(self._db.q("delete_topic"), {"name": name})
             deleted = await cur.fetchone()
         self._topics.forget(name)

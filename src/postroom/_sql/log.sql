@@ -38,9 +38,24 @@ LEFT JOIN LATERAL (
 WHERE p.topic_id = %(topic_id)s
 ORDER BY p.partition;
 
+-- name: lock_topic_partitions
+-- Locks a topic's counter rows (FOR UPDATE, ascending, as writers do) before delete_topic: waits
+-- for in-flight writers, and blocks new ones until the delete commits (they then find no row).
+SELECT p.partition FROM {schema}.partitions p JOIN {schema}.topics t ON t.id = p.topic_id
+WHERE t.name = %(name)s
+ORDER BY p.partition
+FOR UPDATE OF p;
+
 -- name: delete_topic
--- Deletes a topic; its counter rows, messages and cursors go with it (ON DELETE CASCADE).
-DELETE FROM {schema}.topics WHERE name = %(name)s RETURNING id;
+-- Deletes a topic and its messages; counter rows and cursors go with the topic (ON DELETE
+-- CASCADE). Run after lock_topic_partitions in the same transaction, so this statement's
+-- snapshot already sees every message written to the topic (messages have no foreign key).
+WITH topic AS (
+    DELETE FROM {schema}.topics WHERE name = %(name)s RETURNING id
+), dropped AS (
+    DELETE FROM {schema}.messages m USING topic t WHERE m.topic_id = t.id
+)
+SELECT id FROM topic;
 
 -- name: lock_topic
 -- Locks the topic row (FOR UPDATE) so concurrent add_partitions calls run one at a time.
@@ -58,16 +73,18 @@ SELECT %(topic_id)s, p FROM generate_series(%(current)s::integer, %(total)s::int
 -- Reserves cardinality(values) offsets on one partition's counter row (row lock held until the
 -- transaction ends, which orders concurrent writers) and inserts the batch at those offsets.
 -- keys/headers may be NULL arrays: unnest pads them with NULLs. Returns the first offset.
+-- The arrays go in binary format: text would hex-encode every bytea, doubling the bytes on the wire
+-- and costing more to dump in Python than the insert costs the server.
 WITH reserve AS (
     UPDATE {schema}.partitions
-    SET next_offset = next_offset + cardinality(%(values)s::bytea[])
+    SET next_offset = next_offset + cardinality(%(values)b::bytea[])
     WHERE topic_id = %(topic_id)s AND partition = %(partition)s
-    RETURNING next_offset - cardinality(%(values)s::bytea[]) AS first_offset
+    RETURNING next_offset - cardinality(%(values)b::bytea[]) AS first_offset
 ), inserted AS (
     INSERT INTO {schema}.messages (topic_id, partition, "offset", key, value, headers)
     SELECT %(topic_id)s, %(partition)s, r.first_offset + b.ord - 1, b.key, b.value, b.headers
     FROM reserve r,
-         unnest(%(values)s::bytea[], %(keys)s::bytea[], %(headers)s::jsonb[])
+         unnest(%(values)b::bytea[], %(keys)b::bytea[], %(headers)b::jsonb[])
              WITH ORDINALITY AS b(value, key, headers, ord)
 )
 SELECT first_offset FROM reserve;
@@ -82,8 +99,9 @@ SELECT next_offset FROM {schema}.partitions
 WHERE topic_id = %(topic_id)s AND partition = %(partition)s;
 
 -- name: ensure_cursors
--- Creates missing cursors of a group at the earliest retained or the latest offset; existing
--- cursors are left alone (ON CONFLICT DO NOTHING takes no lock on them).
+-- Creates missing cursors of a group at the earliest retained or the latest offset. Existing
+-- cursors are filtered out first: a unique-index check on a cursor that another member's open
+-- transaction is advancing would otherwise wait for that transaction.
 INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
 SELECT %(group)s, p.topic_id, p.partition,
        CASE WHEN %(reset)s = 'latest' THEN p.next_offset
@@ -93,6 +111,10 @@ SELECT %(group)s, p.topic_id, p.partition,
        END
 FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[]) AS a(topic_id, partition)
 JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+WHERE NOT EXISTS (
+    SELECT FROM {schema}.cursors c
+    WHERE c.group_name = %(group)s AND c.topic_id = p.topic_id AND c.partition = p.partition
+)
 ORDER BY p.topic_id, p.partition
 ON CONFLICT DO NOTHING;
 

@@ -29,9 +29,12 @@ CREATE TABLE {schema}.messages (
     value       bytea NOT NULL,
     headers     jsonb,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (topic_id, partition, "offset"),
-    FOREIGN KEY (topic_id, partition) REFERENCES {schema}.partitions (topic_id, partition)
-        ON DELETE CASCADE
+    -- No foreign key to partitions: its RI trigger ran one query per inserted row (about 9 us a
+    -- message, more than the insert itself; bench/RESULTS.md) and guarded nothing the write path
+    -- does not already guarantee: messages are only inserted at offsets reserved by updating the
+    -- counter row in the same statement, and that row stays locked until commit. Deleting a
+    -- topic deletes its messages explicitly (query delete_topic).
+    PRIMARY KEY (topic_id, partition, "offset")
 ) WITH (
     -- Append-mostly, deleted by retention in offset order: vacuum early and often.
     autovacuum_vacuum_scale_factor = 0.02,

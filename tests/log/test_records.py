@@ -1,0 +1,47 @@
+"""Encoding and checks of records: sans-IO."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from postroom.errors import InvalidName, InvalidType, MessageTooLarge
+from postroom.log import records
+from postroom.log.records import Message, decode_headers, encode_headers, encode_value
+
+
+def test_values_bytes_text_and_json() -> None:
+    assert encode_value(b"\x00raw") == b"\x00raw"
+    assert encode_value("héllo") == "héllo".encode()
+    assert encode_value({"a": [1, 2]}) == b'{"a":[1,2]}'
+    assert encode_value(None) == b"null"
+
+
+def test_headers_round_trip_keeps_str_and_bytes_apart() -> None:
+    headers: dict[str, str | bytes] = {"trace": "abc", "blob": b"\x00\xff"}
+    encoded = encode_headers(headers)
+    assert encoded == {"trace": "abc", "blob": {"b64": "AP8="}}
+    assert decode_headers(encoded) == headers
+
+
+def test_message_helpers() -> None:
+    message = Message("t", 1, 7, None, b'{"x": 1}', {}, datetime.now(UTC))
+    assert message.json() == {"x": 1}
+    assert message.text() == '{"x": 1}'
+    assert message.id == "t/1/7"
+
+
+@pytest.mark.parametrize("name", ["", "-x", "a b", "a" * 201, "x;DROP TABLE t", "ü"])
+def test_bad_names(name: str) -> None:
+    with pytest.raises(InvalidName, match="invalid topic name"):
+        records.check_name("topic", name)
+
+
+def test_value_limits() -> None:
+    with pytest.raises(InvalidType, match="cannot encode value of type object"):
+        encode_value(object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidType, match="JSON-serializable"):
+        encode_value(float("nan"))
+    with pytest.raises(MessageTooLarge, match="limit is 1048576"):
+        encode_value(b"x" * (records.MAX_VALUE_BYTES + 1))
