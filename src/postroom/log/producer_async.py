@@ -84,6 +84,16 @@ class AsyncAppender:
                     results[index] = Published(partition, row[0] + step)
         return [r for r in results if r is not None]
 
+    async def unknown_topics(self, names: set[str]) -> dict[str, TopicNotFound]:
+        """The errors for those of ``names`` that are not topics (checked on the cache)."""
+        unknown = {}
+        for name in names:
+            try:
+                await self._topics.get(name)
+            except TopicNotFound as exc:
+                unknown[name] = exc
+        return unknown
+
     def _place(self, record: Record, meta: TopicMeta, sticky: dict[str, int]) -> int:
         if record.partition is not None:
             if record.partition >= meta.partitions:
@@ -176,30 +186,47 @@ class AsyncProducer:
 
     async def _run(self) -> None:
         while True:
-            async with self._cond:
-                while not self._pending and not self._closed:
-                    await self._cond.wait_timeout(1.0)
-                if not self._pending:
-                    return  # closed and drained
-                deadline = time.monotonic() + self._linger
-                while len(self._pending) < self._batch_size and not self._closed:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    await self._cond.wait_timeout(remaining)
-                batch = self._pending[: self._batch_size]
-                del self._pending[: self._batch_size]
-                self._in_flight += 1
-            try:
-                results = await self._appender.append([record for record, _ in batch])
-            except BaseException as exc:  # noqa: BLE001 - every waiting sender gets the error
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-            else:
-                for (_, future), result in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+            batch = await self._next_batch()
+            if batch is None:
+                return  # closed and drained
+            await self._write(batch)
             async with self._cond:
                 self._in_flight -= 1
                 self._cond.notify_all()
+
+    async def _next_batch(self) -> list[tuple[Record, AFuture[Published]]] | None:
+        """Wait for sends, linger for more, and take up to ``batch_size`` of them."""
+        async with self._cond:
+            while not self._pending and not self._closed:
+                await self._cond.wait_timeout(1.0)
+            if not self._pending:
+                return None
+            deadline = time.monotonic() + self._linger
+            while len(self._pending) < self._batch_size and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await self._cond.wait_timeout(remaining)
+            batch = self._pending[: self._batch_size]
+            del self._pending[: self._batch_size]
+            self._in_flight += 1
+            return batch
+
+    async def _write(self, batch: list[tuple[Record, AFuture[Published]]]) -> None:
+        """Append the batch in one transaction and resolve its futures after the commit."""
+        try:
+            # A send to an unknown topic fails alone, not the batch it shares.
+            unknown = await self._appender.unknown_topics({r.topic for r, _ in batch})
+            for record, future in batch:
+                if record.topic in unknown:
+                    future.set_exception(unknown[record.topic])
+            batch = [(r, f) for r, f in batch if r.topic not in unknown]
+            results = await self._appender.append([record for record, _ in batch])
+        except BaseException as exc:  # noqa: BLE001 - every waiting sender gets the error
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        else:
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)

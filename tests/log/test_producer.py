@@ -1,0 +1,57 @@
+"""The batching producer: shared between threads, futures resolved at commit, errors delivered."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import pytest
+
+import postroom
+from postroom.errors import InvalidType, ProducerClosed, TopicNotFound
+
+
+def test_threads_share_one_producer(client: postroom.Client) -> None:
+    client.create_topic("t", partitions=4)
+    results: dict[str, list[postroom.Published]] = defaultdict(list)
+    with client.producer(linger_ms=2, batch_size=64) as producer:
+
+        def send(name: str) -> None:
+            futures = [producer.send("t", f"{name}-{i}", key=name) for i in range(200)]
+            results[name] = [f.result(timeout=30) for f in futures]
+
+        threads = [threading.Thread(target=send, args=(f"k{i}",)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for published in results.values():
+        # One key, one partition, in send order.
+        assert len({p.partition for p in published}) == 1
+        offsets = [p.offset for p in published]
+        assert offsets == sorted(offsets)
+    with client.consumer("g", "t") as consumer:
+        seen = []
+        while len(seen) < 800:
+            seen += consumer.poll(timeout=1, max_messages=1000)
+    assert len({m.text() for m in seen}) == 800
+
+
+def test_flush_and_errors(client: postroom.Client) -> None:
+    client.create_topic("t")
+    producer = client.producer(linger_ms=1000)
+    future = producer.send("t", "x")
+    producer.flush()  # does not wait for the linger
+    assert future.done() and future.result() == postroom.Published(0, 0)
+    with pytest.raises(InvalidType):
+        producer.send("t", object())  # type: ignore[arg-type]
+    # A send to an unknown topic fails alone, not the batch it shares.
+    failed = producer.send("missing", "x")
+    fine = producer.send("t", "y")
+    with pytest.raises(TopicNotFound):
+        failed.result(timeout=10)
+    assert fine.result(timeout=10) == postroom.Published(0, 1)
+    producer.close()
+    producer.close()
+    with pytest.raises(ProducerClosed):
+        producer.send("t", "late")
