@@ -1,0 +1,149 @@
+"""``postroom consume``: print a topic's messages as a member of a consumer group, committing
+exactly what was printed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+import postroom
+from postroom import TopicPartition
+from postroom.errors import GroupNotFound, InvalidArgument
+
+from .common import note, open_client, printable
+
+POLL_SLICE = 1.0
+"""Longest single wait in poll(), so --live notices Ctrl-C and --timeout is kept promptly."""
+
+
+def consume(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic to read.")],
+    group: Annotated[
+        str, typer.Option("--group", "-g", help="Consumer group whose offsets are used.")
+    ],
+    from_beginning: Annotated[
+        bool,
+        typer.Option(
+            "--from-beginning",
+            help="A new group starts at the earliest retained message (default: only messages "
+            "written from now on). No effect on a group with committed offsets.",
+        ),
+    ] = False,
+    partition: Annotated[
+        list[int] | None,
+        typer.Option("--partition", "-p", help="Read only this partition; repeat for more."),
+    ] = None,
+    max_messages: Annotated[
+        int | None,
+        typer.Option("--max-messages", "-n", help="Exit after this many messages.", min=1),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", help="Exit after this many seconds without a message (not with --live)."
+        ),
+    ] = 5.0,
+    live: Annotated[
+        bool, typer.Option("--live", help="Keep reading until Ctrl-C (or --max-messages).")
+    ] = False,
+    payload_only: Annotated[
+        bool, typer.Option("--payload-only", help="Print only the values, one per line.")
+    ] = False,
+) -> None:
+    """Print messages of TOPIC as `partition:offset key value`, one per line.
+
+    Values and keys are shown as UTF-8 text; control characters and bytes that are not UTF-8
+    are escaped (\\n, \\x00, \\xff); a missing key prints as null. The group's offsets are
+    committed after each printed batch and on exit, so the next run continues after the last
+    printed message.
+    """
+    if timeout < 0:
+        raise InvalidArgument(f"invalid --timeout {timeout}: must be >= 0 seconds")
+    wanted = None if not partition else [TopicPartition(topic, p) for p in partition]
+    with open_client(ctx) as client:
+        if from_beginning:
+            _warn_if_not_new(client, group, topic)
+        consumer = client.consumer(
+            group,
+            topic,
+            partitions=wanted,
+            auto_offset_reset="earliest" if from_beginning else "latest",
+        )
+        with consumer:
+            printed = _print_messages(
+                consumer,
+                max_messages=max_messages,
+                idle_timeout=None if live else timeout,
+                payload_only=payload_only,
+            )
+    note(f"consumed {printed} message(s)")
+
+
+def _warn_if_not_new(client: postroom.Client, group: str, topic: str) -> None:
+    try:
+        info = client.describe_group(group)
+    except GroupNotFound:
+        return
+    if topic in info.topics:
+        note(
+            f"group {group!r} already has offsets on {topic!r}: --from-beginning only applies "
+            f"to a new group (use `postroom group reset {group} --topic {topic} --to earliest`)"
+        )
+
+
+def _print_messages(
+    consumer: postroom.Consumer,
+    *,
+    max_messages: int | None,
+    idle_timeout: float | None,
+    payload_only: bool,
+) -> int:
+    """Poll, print and commit until the limit, the idle timeout, Ctrl-C or a closed pipe.
+
+    Commits the offsets after the last *printed* message per partition (not the consumer's
+    position, which an interrupted batch may have moved further), after stdout is flushed.
+    """
+    printed = 0
+    done: dict[TopicPartition, int] = {}
+    committed: dict[TopicPartition, int] = {}
+    last_message = time.monotonic()
+    out = sys.stdout
+    try:
+        while max_messages is None or printed < max_messages:
+            limit = 500 if max_messages is None else min(500, max_messages - printed)
+            wait = POLL_SLICE
+            if idle_timeout is not None:
+                wait = min(wait, max(0.0, last_message + idle_timeout - time.monotonic()))
+            messages = consumer.poll(timeout=wait, max_messages=limit)
+            if not messages:
+                if idle_timeout is not None and time.monotonic() - last_message >= idle_timeout:
+                    break
+                continue
+            for message in messages:
+                value = printable(message.value)
+                if payload_only:
+                    out.write(value + "\n")
+                else:
+                    key = printable(message.key)
+                    out.write(f"{message.partition}:{message.offset} {key} {value}\n")
+                done[message.topic_partition] = message.offset + 1
+                printed += 1
+            out.flush()
+            consumer.commit(done)
+            committed.update(done)
+            last_message = time.monotonic()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        # The reader went away (`| head`): what was flushed before is delivered; stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        if done != committed:
+            consumer.commit(done)
+    return printed

@@ -1,0 +1,143 @@
+"""``postroom topic``: create, list, describe, delete and grow topics."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from postroom.errors import TopicExists
+
+from .common import (
+    console,
+    fail,
+    format_duration,
+    jsonable,
+    open_client,
+    parse_duration,
+    print_json,
+    when,
+)
+
+app = typer.Typer(no_args_is_help=True, help="Create, list, describe, delete and grow topics.")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+@app.command("create")
+def create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Topic name: 1-200 of A-Z a-z 0-9 . _ -")],
+    partitions: Annotated[
+        int, typer.Option("--partitions", "-p", help="Number of partitions (1-1000).")
+    ] = 1,
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            "--retention",
+            help="How long messages are kept: 30s, 15m, 12h, 7d, 2w (or sums: 1d12h). "
+            "Default: forever.",
+            show_default=False,
+        ),
+    ] = None,
+    if_not_exists: Annotated[
+        bool, typer.Option("--if-not-exists", help="Succeed if the topic already exists.")
+    ] = False,
+) -> None:
+    """Create a topic."""
+    keep = None if retention is None else parse_duration(retention)
+    with open_client(ctx) as client:
+        try:
+            client.create_topic(name, partitions=partitions, retention=keep)
+        except TopicExists:
+            if not if_not_exists:
+                raise
+            console.print(f"topic {name!r} already exists")
+            return
+    kept = "forever" if keep is None else format_duration(keep.total_seconds())
+    console.print(f"created topic {name!r}: {partitions} partition(s), retention {kept}")
+
+
+@app.command("list")
+def list_(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """List topics with their partition counts and messages ever written."""
+    with open_client(ctx) as client:
+        found = client.list_topics()
+    if as_json:
+        rows = [jsonable(topic) for topic in found]
+        for row in rows:
+            del row["partition_info"]  # always empty here: `topic describe` has the partitions
+        print_json(rows)
+        return
+    table = Table("topic", "partitions", "messages written", "retention", "created")
+    for topic in found:
+        table.add_row(
+            topic.name,
+            str(topic.partitions),
+            str(topic.high_water),
+            format_duration(topic.retention_seconds),
+            when(topic.created_at),
+        )
+    console.print(table if found else "no topics")
+
+
+@app.command("describe")
+def describe(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Show a topic's partitions: low- and high-water marks, retained messages and bytes."""
+    with open_client(ctx) as client:
+        topic = client.describe_topic(name)
+    if as_json:
+        print_json(topic)
+        return
+    console.print(
+        f"topic {topic.name!r}: {topic.partitions} partition(s), "
+        f"{topic.high_water} message(s) written, retention "
+        f"{format_duration(topic.retention_seconds) if topic.retention_seconds else 'forever'}, "
+        f"created {when(topic.created_at)}"
+    )
+    table = Table("partition", "low-water", "high-water", "messages", "bytes")
+    for part in topic.partition_info:
+        table.add_row(
+            str(part.partition),
+            str(part.low_water),
+            str(part.high_water),
+            str(part.messages),
+            str(part.bytes),
+        )
+    console.print(table)
+
+
+@app.command("delete")
+def delete(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Really delete: messages and cursors go too.")
+    ] = False,
+) -> None:
+    """Delete a topic with all its messages and every group's cursors on it."""
+    if not yes:
+        raise fail(
+            f"refusing to delete topic {name!r} without --yes: its messages and every "
+            "consumer group's offsets on it would be gone"
+        )
+    with open_client(ctx) as client:
+        client.delete_topic(name)
+    console.print(f"deleted topic {name!r}")
+
+
+@app.command("add-partitions")
+def add_partitions(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    total: Annotated[int, typer.Option("--total", help="The new partition count (more than now).")],
+) -> None:
+    """Grow a topic to --total partitions. Keys then map to partitions anew, as in Kafka."""
+    with open_client(ctx) as client:
+        client.add_partitions(name, total)
+    console.print(f"topic {name!r} now has {total} partitions")
