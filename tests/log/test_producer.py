@@ -31,7 +31,7 @@ def test_threads_share_one_producer(client: postroom.Client) -> None:
         offsets = [p.offset for p in published]
         assert offsets == sorted(offsets)
     with client.consumer("g", "t") as consumer:
-        seen = []
+        seen: list[postroom.Message] = []
         while len(seen) < 800:
             seen += consumer.poll(timeout=1, max_messages=1000)
     assert len({m.text() for m in seen}) == 800

@@ -153,7 +153,7 @@ def test_async_api_mirrors_the_sync_one(dsn: str) -> None:
             offsets = [(await f).offset for f in futures]
             assert offsets == list(range(50))
             async with client.consumer("g", "t") as consumer:
-                seen = []
+                seen: list[postroom.Message] = []
                 while len(seen) < 50:
                     seen += await consumer.poll(timeout=1)
                 await consumer.commit()
