@@ -452,6 +452,12 @@ def test_entry_point_prints_one_red_line_and_exits_1(dsn: str) -> None:
     assert result.stdout == ""
 
 
+def test_bench_log_gets_the_global_url(dsn: str) -> None:
+    result = ok(dsn, "bench", "log", "--quick", "--json", "--groups", "1")
+    figures = json.loads(result.stdout)
+    assert figures["consume_1_group"]["messages"] == figures["backlog"] > 0
+
+
 def test_demo_runs_end_to_end_and_its_checks_pass(dsn: str) -> None:
     result = ok(dsn, "demo", "--orders", "200", "--customers", "12", "--writers", "3")
     assert "all checks passed" in result.stdout

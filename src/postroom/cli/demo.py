@@ -80,8 +80,10 @@ def demo(
         str, typer.Option("--demo-schema", help="Schema the demo drops and recreates.")
     ] = "postroom_demo",
 ) -> None:
-    """Write orders and their events in the same transactions, consume them with three groups
-    at once, show lag, replay one group, and check that every group saw every order exactly
+    """Show the log end to end on a demo schema, and check it.
+
+    Writes orders and their events in the same transactions, consumes them with three groups
+    at once, shows lag, replays one group, and checks that every group saw every order exactly
     once and in per-customer order. Exits 1 if a check fails.
 
     Uses --url, POSTROOM_URL, DATABASE_URL or the embedded PostgreSQL; works in its own schema

@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from postroom.errors import PostroomError
 
-from . import consume, demo, embedded, groups, init, produce, topics
+from . import bench, consume, demo, embedded, groups, init, produce, topics
 from .common import Settings, fail
 
 
@@ -67,10 +67,9 @@ app.add_typer(groups.app, name="group")
 app.command("lag")(groups.lag)
 app.add_typer(embedded.app, name="embedded")
 app.command("demo")(demo.demo)
+app.add_typer(bench.app, name="bench")
 # job queue: app.add_typer(job.app, name="job")
 # workers:   app.add_typer(worker.app, name="worker")
-# benchmarks: app.add_typer(bench.app, name="bench") once postroom.benchmarks.log exists
-#   (`postroom bench log ...` calls postroom.benchmarks.log.main(argv)).
 
 
 def main() -> None:

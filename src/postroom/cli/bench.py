@@ -1,0 +1,23 @@
+"""``postroom bench``: the benchmarks, each a thin door to its module's own ``main(argv)``."""
+
+from __future__ import annotations
+
+import typer
+
+from .common import settings
+
+app = typer.Typer(no_args_is_help=True, help="Benchmarks against the configured server.")
+
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@app.command("log", context_settings=PASS_THROUGH, add_help_option=False)
+def log(ctx: typer.Context) -> None:
+    """Benchmark the log against raw COPY; `postroom bench log --help` lists its options."""
+    from postroom.benchmarks.log import main as run_benchmark
+
+    argv = list(ctx.args)
+    url = settings(ctx).url
+    if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
+        argv = ["--url", url, *argv]
+    raise typer.Exit(run_benchmark(argv))
