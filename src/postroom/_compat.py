@@ -8,6 +8,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from ._futures import LazyFuture
+
 T = TypeVar("T")
 
 Lock = threading.Lock
@@ -40,7 +42,7 @@ def gather(worker: threading.Thread, timeout: float | None = None) -> None:
 
 
 def new_future() -> Future[Any]:
-    return Future()
+    return LazyFuture()  # one per producer send: see _futures.py
 
 
 def to_thread(func: Callable[..., T], *args: Any) -> T:
