@@ -34,7 +34,7 @@ def test_waiter_in_another_thread_is_woken() -> None:
     for _ in range(200):  # the waiter and the setter race for the condition's creation
         future: LazyFuture[int] = LazyFuture()
         got: list[int] = []
-        waiter = threading.Thread(target=lambda f=future: got.append(f.result(timeout=5)))
+        waiter = threading.Thread(target=lambda f=future, g=got: g.append(f.result(timeout=5)))
         waiter.start()
         future.set_result(1)
         waiter.join(5)
