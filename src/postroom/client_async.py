@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from . import _sql
-from ._acompat import ato_thread
+from ._acompat import IS_ASYNC, ato_thread
 from ._db_async import AsyncDatabase
 from .embedded import resolve_url
 from .errors import (
@@ -40,6 +40,11 @@ from .log.records import (
     check_partition_count,
     make_record,
 )
+from .queue.backoff import Backoff
+from .queue.cron import parse_cron
+from .queue.jobs_async import AsyncJob, AsyncJobFunction, AsyncJobs
+from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
+from .queue.worker_async import AsyncWorker
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -65,7 +70,14 @@ async def connect_async(
         )
     conninfo = await ato_thread(resolve_url, url)
     pool = AsyncConnectionPool(
-        conninfo, min_size=min_size, max_size=max_size, open=False, name="postroom"
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        name="postroom",
+        # A connection cut while idle in the pool (server restart, proxy, failover) is
+        # replaced before it is handed out, instead of failing the caller's next statement.
+        check=AsyncConnectionPool.check_connection,
     )
     await pool.open(wait=True)
     return AsyncClient(AsyncDatabase(pool, conninfo, schema))
@@ -365,6 +377,200 @@ class AsyncClient:
             cur = await conn.execute(self._db.q("delete_group"), {"group": group})
             if cur.rowcount == 0:
                 raise GroupNotFound(f"unknown consumer group {group!r}")
+
+    # -- queue ------------------------------------------------------------------------------
+    # Jobs: register with @client.job, enqueue in your transaction, run with client.worker().
+    # The implementation lives in postroom.queue; see docs/queue.md.
+
+    @property
+    def _queue(self) -> AsyncJobs:
+        jobs: AsyncJobs | None = getattr(self, "_jobs", None)
+        if jobs is None:
+            jobs = self._jobs = AsyncJobs(self._db)
+        return jobs
+
+    def job(
+        self,
+        kind: str | Callable[..., Any] | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | timedelta | None = None,
+        backoff: Backoff | None = None,
+        max_concurrency: int | None = None,
+        rate_limit: float | None = None,
+    ) -> Callable[[Callable[..., Any]], AsyncJobFunction]:
+        """Register a job kind (default: the function's name) and its defaults.
+
+            @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
+            async def send_receipt(order_id: int) -> None: ...
+
+            await send_receipt.enqueue(order_id=42, conn=conn)
+
+        ``timeout`` (seconds) interrupts a run that takes longer; it counts as a failed
+        attempt. ``backoff`` spaces the retries. ``max_concurrency`` and ``rate_limit`` (jobs
+        started per second) hold across all workers. Coroutine functions run on the worker's
+        event loop, plain functions in the worker's threads.
+        """
+        return cast(
+            Callable[[Callable[..., Any]], AsyncJobFunction],
+            self._queue.job_decorator(
+                kind,
+                allow_coroutines=IS_ASYNC,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                backoff=backoff,
+                max_concurrency=max_concurrency,
+                rate_limit=rate_limit,
+            ),
+        )
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        name: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> Callable[[Any], AsyncJobFunction]:
+        """Enqueue a job at every tick of ``cron`` (UTC; 5 fields, or 6 with leading seconds),
+        once per tick however many workers run. Put it above ``@client.job`` or use it alone.
+
+            @client.periodic("*/5 * * * *")
+            @client.job("refresh_rates")
+            async def refresh_rates() -> None: ...
+        """
+        parse_cron(cron)  # fail at import time, not in the worker
+
+        def decorate(target: Any) -> AsyncJobFunction:
+            registered = target if isinstance(target, AsyncJobFunction) else self.job()(target)
+            self._queue.add_schedule(
+                cron, registered, name=name, args=args, queue=queue, priority=priority
+            )
+            return registered
+
+        return decorate
+
+    async def enqueue(
+        self,
+        kind: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: object = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+    ) -> AsyncJob:
+        """Enqueue a job by kind name (registered here or not: a worker elsewhere may run it);
+        the options are those of ``JobFunction.enqueue``."""
+        request = self._queue.request(
+            kind,
+            args,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+        )
+        return (await self._queue.enqueue([request], conn))[0]
+
+    async def enqueue_batch(self, jobs: Iterable[Any], *, conn: object = None) -> list[AsyncJob]:
+        """Enqueue many jobs in one transaction (the caller's with ``conn``), thousands per
+        statement. Items are ``func.prepare(**args, **options)`` or dicts with ``kind``,
+        ``args`` and enqueue options. Every item is checked before anything is written."""
+        requests = [self._queue.request_from(item) for item in jobs]
+        return await self._queue.enqueue(requests, conn)
+
+    def worker(
+        self,
+        queues: Iterable[str] | None = None,
+        *,
+        concurrency: int = 10,
+        **options: Any,
+    ) -> AsyncWorker:
+        """A worker for ``queues`` (default: the queues of the registered jobs); see
+        :class:`AsyncWorker` for the options. ``await worker.run()`` runs it."""
+        return AsyncWorker(
+            self._queue,
+            None if queues is None else list(queues),
+            concurrency=concurrency,
+            **options,
+        )
+
+    async def get_job(self, job_id: int) -> JobInfo:
+        """One job, live or finished; raises :class:`JobNotFound`."""
+        return await self._queue.get(job_id)
+
+    def job_handle(self, job_id: int) -> AsyncJob:
+        """A handle on job ``job_id`` (to wait for its result, inspect or cancel it)."""
+        return AsyncJob(self._queue, job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[JobInfo]:
+        """Jobs, newest first; ``state="failed"`` lists the dead letters."""
+        return await self._queue.list_jobs(state, kind, queue, limit)
+
+    async def retry_job(self, job_id: int) -> None:
+        """Redrive one failed job: ready now, with a fresh set of attempts."""
+        await self._queue.retry(job_id)
+
+    async def retry_failed_jobs(self, *, kind: str | None = None, queue: str | None = None) -> int:
+        """Redrive every failed job (of a kind/queue); returns how many."""
+        return await self._queue.retry_failed(kind, queue)
+
+    async def cancel_job(self, job_id: int) -> str:
+        """Cancel a job; returns the state it had. A ready or failed job is cancelled at once;
+        a running one is interrupted by its worker (its handler sees ``JobInterrupted``)."""
+        return await self._queue.cancel(job_id)
+
+    async def purge_jobs(
+        self, state: str, older_than: float | timedelta, *, kind: str | None = None
+    ) -> int:
+        """Delete done, cancelled or failed jobs older than ``older_than`` (seconds or
+        timedelta), in batches; returns how many."""
+        return await self._queue.purge(state, older_than, kind)
+
+    async def job_stats(self) -> JobStats:
+        """Jobs per queue and state, the oldest due ready job's age, jobs done per second."""
+        return await self._queue.stats()
+
+    async def set_job_limit(
+        self,
+        kind: str,
+        *,
+        max_concurrency: int | None = None,
+        rate_limit: float | None = None,
+        burst: float | None = None,
+    ) -> None:
+        """Limit a job kind across all workers: at most ``max_concurrency`` running, at most
+        ``rate_limit`` started per second (bursts up to ``burst``, default one second's worth).
+        Both None removes the limit."""
+        await self._queue.set_limit("kind", kind, max_concurrency, rate_limit, burst)
+
+    async def set_queue_limit(
+        self,
+        queue: str,
+        *,
+        max_concurrency: int | None = None,
+        rate_limit: float | None = None,
+        burst: float | None = None,
+    ) -> None:
+        """Limit a queue across all workers, as ``set_job_limit`` does a kind."""
+        await self._queue.set_limit("queue", queue, max_concurrency, rate_limit, burst)
 
 
 __all__ = ["AsyncClient", "connect_async"]

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from .._compat import sleep
 from .._db import Database
 from ..errors import InvalidArgument, OffsetOutOfRange
 from .metadata import TopicCache, TopicMeta
@@ -121,8 +122,6 @@ class Consumer:
             assigned = _Assigned(meta, tp.partition)
             self._assigned[tp] = assigned
             self._by_id[(meta.id, tp.partition)] = assigned
-        self._listener = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
-        self._listener.execute("LISTEN postroom")
         ids = self._id_arrays()
         with self._db.connection() as conn:
             conn.execute(
@@ -206,11 +205,31 @@ class Consumer:
         return taken
 
     def _wait_for_wakeup(self, timeout: float) -> None:
-        assert self._listener is not None
+        """Sleep until a publish to an assigned topic is notified, at most ``timeout`` s.
+
+        Notifications are hints: a lost one costs at most one poll interval. A broken
+        listening connection is reconnected on the next wait, and this wait sleeps instead.
+        """
         wanted = {str(a.meta.id) for a in self._assigned.values()}
-        for notify in self._listener.notifies(timeout=timeout):
-            if notify.payload in wanted:
-                return
+        try:
+            if self._listener is None or self._listener.closed:
+                self._listener = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
+                self._listener.execute("LISTEN postroom")
+                return  # anything published before LISTEN is found by the next fetch
+            for notify in self._listener.notifies(timeout=timeout):
+                if notify.payload in wanted:
+                    return
+        except psycopg.OperationalError:
+            self._close_listener()
+            sleep(timeout)
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            try:
+                listener.close()
+            except psycopg.Error:
+                pass  # already broken
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Store the next offsets to read: the current positions, or ``offsets``.
@@ -325,9 +344,7 @@ class Consumer:
     def close(self) -> None:
         """Release the consumer's connection. Does not commit."""
         self._closed = True
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        self._close_listener()
 
     def __enter__(self) -> Consumer:
         return self

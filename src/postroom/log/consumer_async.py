@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import psycopg
 
+from .._acompat import asleep
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, OffsetOutOfRange
 from .metadata_async import AsyncTopicCache, TopicMeta
@@ -119,8 +120,6 @@ class AsyncConsumer:
             assigned = _Assigned(meta, tp.partition)
             self._assigned[tp] = assigned
             self._by_id[(meta.id, tp.partition)] = assigned
-        self._listener = await psycopg.AsyncConnection.connect(self._db.conninfo, autocommit=True)
-        await self._listener.execute("LISTEN postroom")
         ids = self._id_arrays()
         async with self._db.connection() as conn:
             await conn.execute(
@@ -204,11 +203,33 @@ class AsyncConsumer:
         return taken
 
     async def _wait_for_wakeup(self, timeout: float) -> None:
-        assert self._listener is not None
+        """Sleep until a publish to an assigned topic is notified, at most ``timeout`` s.
+
+        Notifications are hints: a lost one costs at most one poll interval. A broken
+        listening connection is reconnected on the next wait, and this wait sleeps instead.
+        """
         wanted = {str(a.meta.id) for a in self._assigned.values()}
-        async for notify in self._listener.notifies(timeout=timeout):
-            if notify.payload in wanted:
-                return
+        try:
+            if self._listener is None or self._listener.closed:
+                self._listener = await psycopg.AsyncConnection.connect(
+                    self._db.conninfo, autocommit=True
+                )
+                await self._listener.execute("LISTEN postroom")
+                return  # anything published before LISTEN is found by the next fetch
+            async for notify in self._listener.notifies(timeout=timeout):
+                if notify.payload in wanted:
+                    return
+        except psycopg.OperationalError:
+            await self._close_listener()
+            await asleep(timeout)
+
+    async def _close_listener(self) -> None:
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            try:
+                await listener.close()
+            except psycopg.Error:
+                pass  # already broken
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Store the next offsets to read: the current positions, or ``offsets``.
@@ -325,9 +346,7 @@ class AsyncConsumer:
     async def close(self) -> None:
         """Release the consumer's connection. Does not commit."""
         self._closed = True
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
+        await self._close_listener()
 
     async def __aenter__(self) -> AsyncConsumer:
         return self
