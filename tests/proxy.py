@@ -61,12 +61,12 @@ class Proxy:
                     selector.register(sock, selectors.EVENT_READ)
                 while True:
                     for key, _ in selector.select(timeout=0.5):
-                        sock = key.fileobj
-                        assert isinstance(sock, socket.socket)
-                        data = sock.recv(65536)
+                        ready = key.fileobj
+                        assert isinstance(ready, socket.socket)
+                        data = ready.recv(65536)
                         if not data:
                             return
-                        peers[sock].sendall(data)
+                        peers[ready].sendall(data)
             except (OSError, ValueError):  # ValueError: select() on a socket cut() closed
                 return
             finally:
