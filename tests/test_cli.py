@@ -7,6 +7,7 @@ one test runs the installed entry point in a subprocess to see what a shell sees
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -324,6 +325,26 @@ def test_consume_live_stops_at_max_messages(client: postroom.Client, dsn: str) -
         "m2",
         "m3",
     ]
+
+
+def test_consume_live_commits_on_ctrl_c(client: postroom.Client, dsn: str) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", [f"m{n}" for n in range(5)])
+    command = [sys.executable, "-c", "from postroom.cli.main import main; main()"]
+    with subprocess.Popen(
+        [*command, "--url", dsn, "consume", "t", "-g", "g", "--from-beginning", "--live"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(5)]  # flushed after each batch
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    assert [line.split()[-1] for line in lines] == ["m0", "m1", "m2", "m3", "m4"]
+    assert process.returncode == 0
+    assert "consumed 5 message(s)" in stderr
+    assert client.describe_group("g").partitions[0].committed == 5
 
 
 def test_consume_one_partition(client: postroom.Client, dsn: str) -> None:

@@ -4,9 +4,13 @@ exactly what was printed."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
-from typing import Annotated
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import Annotated, Any
 
 import typer
 
@@ -16,8 +20,8 @@ from postroom.errors import GroupNotFound, InvalidArgument
 
 from .common import note, open_client, printable
 
-POLL_SLICE = 1.0
-"""Longest single wait in poll(), so --live notices Ctrl-C and --timeout is kept promptly."""
+POLL_SLICE = 0.5
+"""Longest single wait in poll(), so Ctrl-C and --timeout are noticed promptly."""
 
 
 def consume(
@@ -96,6 +100,37 @@ def _warn_if_not_new(client: postroom.Client, group: str, topic: str) -> None:
         )
 
 
+class _CtrlC:
+    """Within the block, Ctrl-C sets ``requested`` instead of raising, so the loop stops between
+    batches and never between printing a message and recording it; a second Ctrl-C raises
+    KeyboardInterrupt at once. Only the main thread can own signal handlers; elsewhere
+    (embedded use) Ctrl-C keeps its default behaviour."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
+        self._installed = False
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+
+    def __exit__(
+        self, exc_type: object, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._installed:
+            # None means a handler not set from Python: the default is the closest match.
+            previous = signal.SIG_DFL if self._previous is None else self._previous
+            signal.signal(signal.SIGINT, previous)
+
+
 def _print_messages(
     consumer: postroom.Consumer,
     *,
@@ -113,37 +148,42 @@ def _print_messages(
     committed: dict[TopicPartition, int] = {}
     last_message = time.monotonic()
     out = sys.stdout
-    try:
-        while max_messages is None or printed < max_messages:
-            limit = 500 if max_messages is None else min(500, max_messages - printed)
-            wait = POLL_SLICE
-            if idle_timeout is not None:
-                wait = min(wait, max(0.0, last_message + idle_timeout - time.monotonic()))
-            messages = consumer.poll(timeout=wait, max_messages=limit)
-            if not messages:
-                if idle_timeout is not None and time.monotonic() - last_message >= idle_timeout:
-                    break
-                continue
-            for message in messages:
-                value = printable(message.value)
-                if payload_only:
-                    out.write(value + "\n")
-                else:
-                    key = printable(message.key)
-                    out.write(f"{message.partition}:{message.offset} {key} {value}\n")
-                done[message.topic_partition] = message.offset + 1
-                printed += 1
-            out.flush()
-            consumer.commit(done)
-            committed.update(done)
-            last_message = time.monotonic()
-    except KeyboardInterrupt:
-        pass
-    except BrokenPipeError:
-        # The reader went away (`| head`): what was flushed before is delivered; stop quietly.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    finally:
-        if done != committed:
-            consumer.commit(done)
+    with _CtrlC() as ctrl_c:
+        try:
+            while not ctrl_c.requested.is_set() and (
+                max_messages is None or printed < max_messages
+            ):
+                limit = 500 if max_messages is None else min(500, max_messages - printed)
+                wait = POLL_SLICE
+                if idle_timeout is not None:
+                    wait = min(wait, max(0.0, last_message + idle_timeout - time.monotonic()))
+                messages = consumer.poll(timeout=wait, max_messages=limit)
+                if not messages:
+                    if idle_timeout is not None and time.monotonic() - last_message >= idle_timeout:
+                        break
+                    continue
+                for message in messages:
+                    out.write(_line(message, payload_only))
+                    done[message.topic_partition] = message.offset + 1
+                    printed += 1
+                out.flush()
+                consumer.commit(done)
+                committed.update(done)
+                last_message = time.monotonic()
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop now, still committing what was printed
+        except BrokenPipeError:
+            # The reader went away (`| head`): stop quietly; stdout goes nowhere from now on.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            if done != committed:
+                consumer.commit(done)
     return printed
+
+
+def _line(message: postroom.Message, payload_only: bool) -> str:
+    value = printable(message.value)
+    if payload_only:
+        return value + "\n"
+    return f"{message.partition}:{message.offset} {printable(message.key)} {value}\n"
