@@ -232,6 +232,27 @@ class Client:
             )
         self._topics.forget(name)
 
+    def apply_retention(
+        self, *, group_expiry: timedelta = timedelta(days=7), batch_size: int = 10000
+    ) -> int:
+        """Delete messages older than their topic's retention that every active group has read.
+
+        A group is active while it committed within ``group_expiry``; an expired group no longer
+        pins the log, and its lag then counts messages it will never see. Deletes at most
+        ``batch_size`` messages per partition per call, so each transaction stays short; returns
+        how many it deleted (call again while it returns a full batch). Run it periodically,
+        from a cron job or ``postroom topic retention``: nothing in postroom runs it for you.
+        """
+        if batch_size < 1:
+            raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
+        with self._db.connection() as conn:
+            cur = conn.execute(
+                self._db.q("apply_retention"),
+                {"group_expiry": group_expiry, "batch": batch_size},
+            )
+            row = cur.fetchone()
+        return 0 if row is None else int(row[0])
+
     # -- producing --------------------------------------------------------------------------
 
     def publish(

@@ -256,3 +256,35 @@ ORDER BY t.name, c.partition;
 -- name: delete_group
 -- Deletes every cursor of a group.
 DELETE FROM {schema}.cursors WHERE group_name = %(group)s;
+
+-- name: apply_retention
+-- Deletes, in every partition of the topics that have a retention, up to %(batch)s of the oldest
+-- messages that are both older than the retention and read by every active group (a cursor
+-- committed within %(group_expiry)s); expired groups do not pin the log. Row locks on the deleted
+-- messages only; writers append above them and are not blocked. Returns the count deleted.
+WITH bounds AS (
+    SELECT p.topic_id, p.partition,
+           least(
+               coalesce((SELECT min(c.next_offset) FROM {schema}.cursors c
+                         WHERE c.topic_id = p.topic_id AND c.partition = p.partition
+                           AND c.updated_at > now() - %(group_expiry)s::interval),
+                        p.next_offset),
+               coalesce((SELECT m."offset" FROM {schema}.messages m
+                         WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+                           AND m.created_at >= now() - t.retention
+                         ORDER BY m."offset" LIMIT 1),
+                        p.next_offset),
+               coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                         WHERE m.topic_id = p.topic_id AND m.partition = p.partition), 0)
+                   + %(batch)s
+           ) AS keep_from
+    FROM {schema}.partitions p
+    JOIN {schema}.topics t ON t.id = p.topic_id
+    WHERE t.retention IS NOT NULL
+), deleted AS (
+    DELETE FROM {schema}.messages m
+    USING bounds b
+    WHERE m.topic_id = b.topic_id AND m.partition = b.partition AND m."offset" < b.keep_from
+    RETURNING 1
+)
+SELECT count(*) FROM deleted;
