@@ -182,7 +182,7 @@ def _send_all(
 
     Positions print in send order: the producer's single writer resolves futures batch by batch,
     in order, and each callback is attached before the next message is sent. The first failure
-    stops reading input and is raised once everything sent has settled.
+    stops reading input and is raised once everything sent has settled. Ctrl-C ends the input.
     """
     failures: list[BaseException] = []
     lock = threading.Lock()
@@ -198,14 +198,17 @@ def _send_all(
                 sys.stdout.flush()
 
     with client.producer() as producer:
-        for number, (value, options) in enumerate(messages, start=1):
-            if failures:
-                break
-            try:
-                future = producer.send(topic, value, **options)
-            except PostroomError as exc:
-                raise type(exc)(f"message {number}: {exc}") from None
-            future.add_done_callback(report)
+        try:
+            for number, (value, options) in enumerate(messages, start=1):
+                if failures:
+                    break
+                try:
+                    future = producer.send(topic, value, **options)
+                except PostroomError as exc:
+                    raise type(exc)(f"message {number}: {exc}") from None
+                future.add_done_callback(report)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C ends the input like end-of-file: what was sent is still written
         producer.flush()
     if failures:
         error = failures[0]
