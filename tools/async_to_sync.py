@@ -40,6 +40,8 @@ RENAMES = {
     "agather": "gather",
     "asleep": "sleep",
     "ato_thread": "to_thread",
+    "ajoin_all": "join_all",
+    "AJobCall": "JobCall",
 }
 _ASYNC_CLASS = re.compile(r"^Async(?=[A-Z])")
 _WORD = re.compile(r"\b\w+\b")

@@ -27,23 +27,39 @@ from .log.records import (
     TopicInfo,
     TopicPartition,
 )
+from .queue.backoff import Backoff
+from .queue.jobs import Job, JobFunction
+from .queue.jobs_async import AsyncJob, AsyncJobFunction
+from .queue.records import JobInfo, JobStats, QueueCount
+from .queue.worker import Worker
+from .queue.worker_async import AsyncWorker
 
 __all__ = [
     "AsyncBatch",
     "AsyncClient",
     "AsyncConsumer",
+    "AsyncJob",
+    "AsyncJobFunction",
     "AsyncProducer",
+    "AsyncWorker",
+    "Backoff",
     "Batch",
     "Client",
     "Consumer",
     "GroupInfo",
+    "Job",
+    "JobFunction",
+    "JobInfo",
+    "JobStats",
     "Message",
     "PartitionInfo",
     "PartitionLag",
     "Producer",
     "Published",
+    "QueueCount",
     "TopicInfo",
     "TopicPartition",
+    "Worker",
     "connect",
     "connect_async",
     "errors",

@@ -53,3 +53,40 @@ class SchemaNotReady(PostroomError):
 
 class ProducerClosed(PostroomError):
     """``send`` was called on a closed producer."""
+
+
+class JobNotFound(NotFound):
+    """No job has this id (or it finished and was not kept, or was purged)."""
+
+
+class InvalidCron(InvalidArgument):
+    """A cron expression does not parse."""
+
+
+class JobFailed(PostroomError):
+    """``result()`` of a job that ended in the dead-letter state ``failed``."""
+
+    def __init__(self, message: str, job_id: int, last_error: str | None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.last_error = last_error
+
+
+class JobCancelled(PostroomError):
+    """``result()`` of a job that was cancelled."""
+
+
+class UniqueKeyTaken(PostroomError):
+    """A failed job cannot be retried: another ready or running job holds its unique key."""
+
+
+class JobInterrupted(BaseException):
+    """Raised inside a running job by its worker: timeout, cancellation or shutdown.
+
+    A ``BaseException`` (like ``asyncio.CancelledError``) so that ``except Exception`` in job
+    code does not swallow it; let it propagate after your cleanup.
+    """
+
+    def __init__(self, reason: str = "interrupted") -> None:
+        super().__init__(reason)
+        self.reason = reason

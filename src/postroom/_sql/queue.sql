@@ -1,0 +1,282 @@
+-- The job queue's runtime queries. Queue names, kinds and worker ids are data (validated by
+-- pattern in Python and by CHECK constraints), never SQL text. A worker fences every write-back
+-- with (worker, attempts): a job rescued from it and claimed again no longer matches.
+
+-- name: enqueue_jobs
+-- Inserts a batch of jobs (row locks on the new rows only). A job whose unique key is held by a
+-- ready or running job is skipped (ON CONFLICT on the partial unique index). Returns the new
+-- ids with their unique keys, in input order.
+INSERT INTO {schema}.jobs AS j (queue, kind, args, priority, run_at, max_attempts, unique_key)
+SELECT b.queue, b.kind, b.args, b.priority,
+       coalesce(b.run_at, now() + make_interval(secs => coalesce(b.delay, 0))),
+       b.max_attempts, b.unique_key
+FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(args)s::jsonb[], %(priorities)s::smallint[],
+            %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[],
+            %(unique_keys)s::text[])
+     WITH ORDINALITY AS b(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
+                          ord)
+ORDER BY b.ord
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('ready', 'running')
+DO NOTHING
+RETURNING j.id, j.unique_key;
+
+-- name: jobs_by_unique_key
+-- The ready or running job holding each unique key (no locks).
+SELECT unique_key, id FROM {schema}.jobs
+WHERE unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('ready', 'running');
+
+-- name: notify_queues
+-- Wake-up hint for idle workers, delivered at commit; polling stays the source of truth.
+SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
+
+-- name: claim_jobs
+-- Claims up to %(limit)s due jobs of the queues for this worker under a lease (the claim_jobs
+-- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist).
+SELECT id, queue, kind, args, attempts, max_attempts, created_at, run_at
+FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval);
+
+-- name: complete_jobs_archived
+-- Finishes successful jobs: deletes them from the hot table and inserts them into finished_jobs
+-- with their results (row locks on the deleted rows). Fenced by worker and attempt.
+WITH finished AS (
+    DELETE FROM {schema}.jobs j
+    USING unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[])
+          AS c(id, attempt, result)
+    WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s
+      AND j.state = 'running'
+    RETURNING j.*, c.result
+)
+INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
+                                    max_attempts, state, worker, last_error, unique_key, result,
+                                    created_at, started_at)
+SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, 'done', worker,
+       last_error, unique_key, result, created_at, started_at
+FROM finished;
+
+-- name: complete_jobs_deleted
+-- Finishes successful jobs without keeping them: deletes them (row locks on the deleted rows).
+DELETE FROM {schema}.jobs j
+USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS c(id, attempt)
+WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running';
+
+-- name: fail_jobs
+-- Records failed attempts (row locks): back to ready after the retry delay, or to failed (the
+-- dead-letter state) when attempts are used up or the failure is final. Fenced as above.
+UPDATE {schema}.jobs j
+SET state = CASE WHEN c.final OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
+    run_at = clock_timestamp() + make_interval(secs => c.delay),
+    last_error = c.error, lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(errors)s::text[],
+            %(delays)s::float8[], %(finals)s::boolean[])
+     AS c(id, attempt, error, delay, final)
+WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running';
+
+-- name: release_jobs
+-- Gives back claimed jobs unrun (row locks): ready again at once. Jobs that never started get
+-- their attempt back; interrupted ones keep it (a job that never fits the grace period still
+-- ends failed). Fenced as above.
+UPDATE {schema}.jobs j
+SET state = CASE WHEN c.started AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
+    attempts = CASE WHEN c.started THEN j.attempts ELSE j.attempts - 1 END,
+    run_at = clock_timestamp(), lease_expires_at = NULL,
+    last_error = CASE WHEN c.started THEN %(reason)s ELSE j.last_error END
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(started)s::boolean[])
+     AS c(id, attempt, started)
+WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running';
+
+-- name: finish_cancelled_jobs
+-- Moves running jobs whose cancellation took effect to finished_jobs as cancelled (row locks).
+WITH finished AS (
+    DELETE FROM {schema}.jobs j
+    USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS c(id, attempt)
+    WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s
+      AND j.state = 'running'
+    RETURNING j.*
+)
+INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
+                                    max_attempts, state, worker, last_error, unique_key,
+                                    created_at, started_at)
+SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, 'cancelled', worker,
+       'cancelled while running', unique_key, created_at, started_at
+FROM finished;
+
+-- name: heartbeat_jobs
+-- Extends the leases of this worker's jobs (row locks; a HOT update: no index covers the
+-- lease). Returns the jobs still held, with their cancellation flag; a missing id was rescued.
+UPDATE {schema}.jobs j
+SET lease_expires_at = clock_timestamp() + %(lease)s::interval
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS c(id, attempt)
+WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running'
+RETURNING j.id, j.cancel_requested;
+
+-- name: rescue_expired_jobs
+-- Returns running jobs whose lease has expired (their worker stopped heartbeating) to ready, or
+-- to failed when their attempts are used up; cancelled ones finish as cancelled. Only expired
+-- leases: a job whose worker is alive is never taken from it. FOR UPDATE SKIP LOCKED, batches.
+WITH expired AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'running' AND lease_expires_at < clock_timestamp()
+    ORDER BY id
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    DELETE FROM {schema}.jobs j USING expired e
+    WHERE j.id = e.id AND j.cancel_requested
+    RETURNING j.*
+), archived AS (
+    INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
+                                        max_attempts, state, worker, last_error, unique_key,
+                                        created_at, started_at)
+    SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, 'cancelled', worker,
+           'cancelled; its worker stopped heartbeating', unique_key, created_at, started_at
+    FROM cancelled
+), rescued AS (
+    UPDATE {schema}.jobs j
+    SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
+        run_at = clock_timestamp(), lease_expires_at = NULL,
+        last_error = format('lease expired: worker %%s stopped heartbeating during attempt %%s',
+                            j.worker, j.attempts)
+    FROM expired e
+    WHERE j.id = e.id AND NOT j.cancel_requested
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM rescued) + (SELECT count(*) FROM cancelled);
+
+-- name: purge_finished
+-- Deletes up to %(batch)s finished jobs that finished before the cutoff (row locks on them).
+DELETE FROM {schema}.finished_jobs
+WHERE id IN (
+    SELECT id FROM {schema}.finished_jobs
+    WHERE finished_at < %(cutoff)s AND (%(state)s::text IS NULL OR state = %(state)s)
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+    LIMIT %(batch)s
+);
+
+-- name: purge_failed
+-- Deletes up to %(batch)s failed jobs that failed before the cutoff (row locks on them).
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'failed' AND run_at < %(cutoff)s
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: get_job
+-- One job, live or finished (no locks).
+SELECT id, queue, kind, args, state, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_expires_at, worker, last_error, unique_key, result,
+       cancel_requested
+FROM {schema}.all_jobs WHERE id = %(id)s;
+
+-- name: list_jobs
+-- Jobs filtered by state, kind and queue, newest first (no locks).
+SELECT id, queue, kind, args, state, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, lease_expires_at, worker, last_error, unique_key, result,
+       cancel_requested
+FROM {schema}.all_jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_outcome
+-- The state, result and last error of one job, for result() (no locks).
+SELECT state, result, last_error FROM {schema}.all_jobs WHERE id = %(id)s;
+
+-- name: retry_failed_jobs
+-- Redrives failed jobs through the SQL API function (row locks on the moved rows).
+SELECT {schema}.retry_failed_jobs(%(id)s, %(kind)s, %(queue)s);
+
+-- name: job_state
+-- The live state of one job and whether another live job holds its unique key (no locks).
+SELECT j.state,
+       EXISTS (SELECT 1 FROM {schema}.jobs o
+               WHERE o.unique_key = j.unique_key AND o.id <> j.id
+                 AND o.state IN ('ready', 'running')) AS key_taken
+FROM {schema}.jobs j WHERE j.id = %(id)s;
+
+-- name: cancel_job
+-- Cancels one job through the SQL API function (row lock on it); returns its former state.
+SELECT {schema}.cancel_job(%(id)s);
+
+-- name: job_counts
+-- Jobs per queue and state with the oldest due ready job's age in seconds (no locks). Finished
+-- jobs are counted from finished_jobs, so they count only while kept.
+SELECT queue, state, count(*),
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now()))
+FROM {schema}.jobs GROUP BY queue, state
+UNION ALL
+SELECT queue, state, count(*), NULL FROM {schema}.finished_jobs GROUP BY queue, state
+ORDER BY 1, 2;
+
+-- name: job_throughput
+-- Jobs finished per queue in the last %(seconds)s seconds (no locks; kept jobs only).
+SELECT queue, count(*) FROM {schema}.finished_jobs
+WHERE finished_at >= now() - make_interval(secs => %(seconds)s) AND state = 'done'
+GROUP BY queue ORDER BY queue;
+
+-- name: set_limit
+-- Creates or replaces one concurrency/rate limit (row lock on it); the bucket starts full.
+INSERT INTO {schema}.job_limits AS l (scope, name, max_running, rate, burst, tokens, refilled_at)
+VALUES (%(scope)s, %(name)s, %(max_running)s::integer, %(rate)s::float8, %(burst)s::float8,
+        coalesce(%(burst)s::float8, 0), clock_timestamp())
+ON CONFLICT (scope, name) DO UPDATE
+SET max_running = excluded.max_running, rate = excluded.rate, burst = excluded.burst,
+    tokens = least(coalesce(excluded.burst, 0), l.tokens);
+
+-- name: delete_limit
+-- Removes one limit (row lock on it).
+DELETE FROM {schema}.job_limits WHERE scope = %(scope)s AND name = %(name)s;
+
+-- name: list_limits
+-- Every configured limit (no locks).
+SELECT scope, name, max_running, rate, burst FROM {schema}.job_limits ORDER BY scope, name;
+
+-- name: upsert_schedule
+-- Registers a periodic job (row lock on its schedule row). An unchanged cron keeps its next
+-- tick; a changed one starts from the tick the caller computed.
+INSERT INTO {schema}.job_schedules AS s (name, cron, kind, queue, args, priority, max_attempts,
+                                         next_run_at)
+VALUES (%(name)s, %(cron)s, %(kind)s, %(queue)s, %(args)s::jsonb, %(priority)s,
+        %(max_attempts)s, %(next_run_at)s)
+ON CONFLICT (name) DO UPDATE
+SET cron = excluded.cron, kind = excluded.kind, queue = excluded.queue, args = excluded.args,
+    priority = excluded.priority, max_attempts = excluded.max_attempts,
+    next_run_at = CASE WHEN s.cron = excluded.cron THEN s.next_run_at
+                       ELSE excluded.next_run_at END,
+    updated_at = now();
+
+-- name: due_schedules
+-- Locks the given schedules whose tick has come (FOR UPDATE SKIP LOCKED: one worker per tick;
+-- the others skip it) and returns them with the database clock.
+SELECT name, cron, kind, queue, args, priority, max_attempts, next_run_at, clock_timestamp()
+FROM {schema}.job_schedules
+WHERE name = ANY(%(names)s::text[]) AND next_run_at <= clock_timestamp()
+ORDER BY name
+FOR UPDATE SKIP LOCKED;
+
+-- name: advance_schedule
+-- Moves a locked schedule to its next tick (under the row lock taken by due_schedules).
+UPDATE {schema}.job_schedules SET next_run_at = %(next_run_at)s, last_run_at = %(last_run_at)s
+WHERE name = %(name)s;
+
+-- name: next_schedule_at
+-- The earliest next tick among the given schedules (no locks).
+SELECT min(next_run_at) - clock_timestamp() FROM {schema}.job_schedules
+WHERE name = ANY(%(names)s::text[]);
+
+-- name: list_schedules
+-- Every periodic job with its next tick (no locks).
+SELECT name, cron, kind, queue, next_run_at, last_run_at FROM {schema}.job_schedules
+ORDER BY name;
+
+-- name: db_clock
+-- The database's clock: schedules are computed in database time (no locks).
+SELECT clock_timestamp();
+
+-- name: listen_jobs
+-- Subscribes the worker's listener connection to enqueue and cancel wake-ups (no locks).
+LISTEN postroom_jobs;

@@ -1,0 +1,167 @@
+"""Cron expressions (sans-IO): parse once, then ask for the next tick after a time.
+
+Five fields, as in crontab(5): ``minute hour day-of-month month day-of-week``; each a ``*``, a
+number, a range ``a-b``, a step ``*/n`` or ``a-b/n``, or a comma list of those. Months and
+weekdays also take names (``jan``, ``mon``); weekday 0 and 7 are Sunday. When both day fields
+are restricted a day matches either (Vixie cron). An optional sixth, leading field gives seconds
+(``*/10 * * * * *``). Macros: ``@yearly``, ``@monthly``, ``@weekly``, ``@daily``, ``@hourly``.
+Ticks are computed in UTC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ..errors import InvalidCron
+
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
+_DAYS = {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}
+_SEARCH_YEARS = 8  # long enough for Feb 29 on any weekday rule
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    low: int
+    high: int
+    names: dict[str, int] | None = None
+
+
+_SECOND = _Field("second", 0, 59)
+_MINUTE = _Field("minute", 0, 59)
+_HOUR = _Field("hour", 0, 23)
+_DOM = _Field("day-of-month", 1, 31)
+_MONTH = _Field("month", 1, 12, _MONTHS)
+_DOW = _Field("day-of-week", 0, 7, _DAYS)
+
+
+@dataclass(frozen=True, slots=True)
+class Cron:
+    """A parsed cron expression; ``next_after(t)`` is the first tick strictly after ``t``."""
+
+    expression: str
+    seconds: frozenset[int]
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Sunday
+    day_restricted: bool
+    weekday_restricted: bool
+
+    def next_after(self, after: datetime) -> datetime:
+        if after.tzinfo is None:
+            raise InvalidCron(f"next_after needs an aware datetime, got {after!r}")
+        t = after.astimezone(UTC).replace(microsecond=0) + timedelta(seconds=1)
+        limit = t + timedelta(days=366 * _SEARCH_YEARS)
+        while t < limit:
+            if t.month not in self.months:
+                year, month = (t.year + 1, 1) if t.month == 12 else (t.year, t.month + 1)
+                t = t.replace(year=year, month=month, day=1, hour=0, minute=0, second=0)
+            elif not self._day_matches(t):
+                t = (t + timedelta(days=1)).replace(hour=0, minute=0, second=0)
+            elif t.hour not in self.hours:
+                t = (t + timedelta(hours=1)).replace(minute=0, second=0)
+            elif t.minute not in self.minutes:
+                t = (t + timedelta(minutes=1)).replace(second=0)
+            elif t.second not in self.seconds:
+                t += timedelta(seconds=1)
+            else:
+                return t
+        raise InvalidCron(
+            f"cron {self.expression!r} has no tick in the {_SEARCH_YEARS} years after {after}"
+        )
+
+    def _day_matches(self, t: datetime) -> bool:
+        day_ok = t.day in self.days
+        weekday_ok = (t.isoweekday() % 7) in self.weekdays
+        if self.day_restricted and self.weekday_restricted:
+            return day_ok or weekday_ok
+        return day_ok and weekday_ok
+
+
+def parse_cron(expression: object) -> Cron:
+    """Parse ``expression``; raises :class:`InvalidCron` naming the bad field."""
+    if not isinstance(expression, str):
+        raise InvalidCron(f"invalid cron {expression!r}: pass a string like '*/5 * * * *'")
+    text = _MACROS.get(expression.strip().lower(), expression)
+    parts = text.split()
+    if len(parts) == 5:
+        parts = ["0", *parts]
+    elif len(parts) != 6:
+        raise InvalidCron(
+            f"invalid cron {expression!r}: expected 5 fields (minute hour day-of-month month "
+            f"day-of-week), or 6 with leading seconds, got {len(parts)}"
+        )
+    fields = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
+    sets = [_parse_field(expression, f, p) for f, p in zip(fields, parts, strict=True)]
+    weekdays = frozenset(d % 7 for d in sets[5])
+    cron = Cron(
+        expression=expression,
+        seconds=sets[0],
+        minutes=sets[1],
+        hours=sets[2],
+        days=sets[3],
+        months=sets[4],
+        weekdays=weekdays,
+        day_restricted=not parts[3].startswith("*"),
+        weekday_restricted=not parts[5].startswith("*"),
+    )
+    cron.next_after(datetime(2000, 1, 1, tzinfo=UTC))  # rejects rules that never fire (Feb 30)
+    return cron
+
+
+def _parse_field(expression: str, field: _Field, text: str) -> frozenset[int]:
+    values: set[int] = set()
+    for item in text.split(","):
+        values.update(_parse_item(expression, field, item))
+    return frozenset(values)
+
+
+def _parse_item(expression: str, field: _Field, item: str) -> range:
+    def bad(why: str) -> InvalidCron:
+        return InvalidCron(
+            f"invalid cron {expression!r}: {field.name} field {item!r} {why} "
+            f"(allowed {field.low}-{field.high}, *, a-b, */n, a-b/n, lists with commas)"
+        )
+
+    base, _, step_text = item.partition("/")
+    step = 1
+    if step_text:
+        if not step_text.isdigit() or int(step_text) < 1:
+            raise bad("has an invalid step")
+        step = int(step_text)
+    if base == "*":
+        low, high = field.low, field.high
+    elif "-" in base:
+        first, _, last = base.partition("-")
+        low, high = _value(field, first, bad), _value(field, last, bad)
+        if low > high:
+            raise bad("is a backwards range")
+    else:
+        low = _value(field, base, bad)
+        high = field.high if step_text else low
+    return range(low, high + 1, step)
+
+
+def _value(field: _Field, text: str, bad: object) -> int:
+    assert callable(bad)
+    lowered = text.lower()
+    if field.names and lowered in field.names:
+        return field.names[lowered]
+    if not text.isdigit():
+        raise bad("is not a number")
+    value = int(text)
+    if not field.low <= value <= field.high:
+        raise bad("is out of range")
+    return value

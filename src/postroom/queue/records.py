@@ -1,0 +1,330 @@
+"""Job records and the input checks of the queue: sans-IO, unit-tested without a database."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from ..errors import InvalidArgument, InvalidName, InvalidType
+from .backoff import Backoff
+
+QUEUE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+KIND_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}")
+JOB_STATES = ("ready", "running", "done", "failed", "cancelled")
+JobState = Literal["ready", "running", "done", "failed", "cancelled"]
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 25
+MAX_ATTEMPTS_LIMIT = 1000
+MAX_UNIQUE_KEY = 1000
+ENQUEUE_OPTIONS = frozenset(
+    {"conn", "run_at", "delay", "priority", "unique_key", "queue", "max_attempts"}
+)
+"""Keyword arguments of ``enqueue()`` itself: a job function's parameters may not use them."""
+
+
+def check_queue(queue: object) -> str:
+    if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
+        raise InvalidName(
+            f"invalid queue name {queue!r}: use 1-200 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+    return queue
+
+
+def check_queues(queues: object) -> list[str]:
+    if isinstance(queues, str):
+        queues = [queues]
+    if not isinstance(queues, list | tuple | set | frozenset) or not queues:
+        raise InvalidArgument(f"invalid queues {queues!r}: pass a non-empty list of queue names")
+    return sorted({check_queue(q) for q in queues})
+
+
+def check_kind(kind: object) -> str:
+    if not isinstance(kind, str) or not KIND_PATTERN.fullmatch(kind):
+        raise InvalidName(
+            f"invalid job kind {kind!r}: use 1-200 characters from A-Z a-z 0-9 . _ : -, "
+            "starting with a letter, digit or underscore"
+        )
+    return kind
+
+
+def check_state(state: object) -> str:
+    if state not in JOB_STATES:
+        raise InvalidArgument(f"invalid job state {state!r}: use one of {', '.join(JOB_STATES)}")
+    return str(state)
+
+
+def check_priority(priority: object) -> int:
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not -32768 <= priority <= 32767
+    ):
+        raise InvalidArgument(
+            f"invalid priority {priority!r}: an integer from -32768 to 32767 (lower runs first)"
+        )
+    return priority
+
+
+def check_max_attempts(max_attempts: object) -> int:
+    if (
+        not isinstance(max_attempts, int)
+        or isinstance(max_attempts, bool)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidArgument(
+            f"invalid max_attempts {max_attempts!r}: an integer from 1 to {MAX_ATTEMPTS_LIMIT}"
+        )
+    return max_attempts
+
+
+def check_seconds(what: str, value: object, *, allow_zero: bool = True) -> float:
+    """A duration given as seconds or a timedelta, as float seconds; never negative."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgument(f"invalid {what} {value!r}: pass seconds (a number) or a timedelta")
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgument(f"invalid {what} {value!r}: must be finite and {bound} seconds")
+    return seconds
+
+
+def check_unique_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY:
+        raise InvalidArgument(
+            f"invalid unique_key {key!r}: a non-empty str of at most {MAX_UNIQUE_KEY} characters"
+        )
+    return key
+
+
+def check_run_at(run_at: object, delay: object) -> tuple[datetime | None, float | None]:
+    """The (run_at, delay seconds) pair to store; at most one of them is set."""
+    if run_at is not None and delay is not None:
+        raise InvalidArgument("pass run_at or delay, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+            raise InvalidArgument(f"invalid run_at {run_at!r}: an aware datetime (with a timezone)")
+        return run_at, None
+    if delay is not None:
+        return None, check_seconds("delay", delay)
+    return None, None
+
+
+def encode_args(kind: str, args: object) -> str:
+    """``args`` as JSON object text; raises :class:`InvalidType` naming what cannot be encoded."""
+    if not isinstance(args, Mapping):
+        raise InvalidType(
+            f"args of job {kind!r} must be a mapping of argument names to values, "
+            f"got {type(args).__name__}"
+        )
+    for name in args:
+        if not isinstance(name, str):
+            raise InvalidType(f"args of job {kind!r}: argument names are str, got {name!r}")
+    try:
+        return json.dumps(args, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidType(
+            f"args of job {kind!r} are not JSON-serializable ({exc}): pass str, int, float, "
+            "bool, None, and lists and dicts of them"
+        ) from None
+
+
+def encode_result(result: object) -> str | None:
+    """A job's return value as JSON text (None stays SQL NULL); raises TypeError/ValueError."""
+    if result is None:
+        return None
+    return json.dumps(result, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Enqueue options of one job, checked."""
+
+    queue: str
+    priority: int
+    run_at: datetime | None
+    delay: float | None
+    max_attempts: int
+    unique_key: str | None
+
+
+def job_options(
+    defaults: JobDefinition | None,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+) -> JobOptions:
+    at, seconds = check_run_at(run_at, delay)
+    return JobOptions(
+        queue=check_queue(
+            queue if queue is not None else (defaults.queue if defaults else DEFAULT_QUEUE)
+        ),
+        priority=check_priority(
+            priority if priority is not None else (defaults.priority if defaults else 0)
+        ),
+        run_at=at,
+        delay=seconds,
+        max_attempts=check_max_attempts(
+            max_attempts
+            if max_attempts is not None
+            else (defaults.max_attempts if defaults else DEFAULT_MAX_ATTEMPTS)
+        ),
+        unique_key=check_unique_key(unique_key),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobDefinition:
+    """A registered job kind: the function and its defaults."""
+
+    kind: str
+    func: Callable[..., Any]
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: float | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    max_concurrency: int | None = None
+    rate_limit: float | None = None
+    is_coroutine: bool = False
+    signature: inspect.Signature | None = None
+
+    def bind_args(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name; raises if they do not fit the function."""
+        if self.signature is None:
+            if args:
+                raise InvalidArgument(f"job {self.kind!r} takes keyword arguments only")
+            return dict(kwargs)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArgument(
+                f"arguments do not fit job {self.kind!r}{self.signature}: {exc}"
+            ) from None
+        return dict(bound.arguments)
+
+
+def make_definition(
+    kind: str,
+    func: Callable[..., Any],
+    *,
+    is_coroutine: bool,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    timeout: float | timedelta | None = None,
+    backoff: Backoff | None = None,
+    max_concurrency: int | None = None,
+    rate_limit: float | None = None,
+) -> JobDefinition:
+    """Check a registration and build its definition."""
+    check_kind(kind)
+    if not callable(func):
+        raise InvalidType(f"job {kind!r}: expected a function, got {type(func).__name__}")
+    signature = inspect.signature(func)
+    for name, param in signature.parameters.items():
+        if name in ENQUEUE_OPTIONS:
+            raise InvalidArgument(
+                f"job {kind!r}: parameter {name!r} clashes with an enqueue() option "
+                f"({', '.join(sorted(ENQUEUE_OPTIONS))}); rename it, or enqueue with "
+                "client.enqueue(kind, args)"
+            )
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise InvalidArgument(
+                f"job {kind!r}: positional-only parameter {name!r}; job arguments are stored "
+                "by name"
+            )
+    if max_concurrency is not None and (
+        not isinstance(max_concurrency, int)
+        or isinstance(max_concurrency, bool)
+        or max_concurrency < 1
+    ):
+        raise InvalidArgument(f"invalid max_concurrency {max_concurrency!r}: an integer >= 1")
+    if rate_limit is not None:
+        check_seconds("rate_limit", rate_limit, allow_zero=False)
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise InvalidType(f"invalid backoff {backoff!r}: pass a postroom.Backoff")
+    return JobDefinition(
+        kind=kind,
+        func=func,
+        queue=check_queue(queue),
+        priority=check_priority(priority),
+        max_attempts=check_max_attempts(max_attempts),
+        timeout=None if timeout is None else check_seconds("timeout", timeout, allow_zero=False),
+        backoff=backoff or Backoff(),
+        max_concurrency=max_concurrency,
+        rate_limit=None if rate_limit is None else float(rate_limit),
+        is_coroutine=is_coroutine,
+        signature=signature,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """One job as stored, live or finished."""
+
+    id: int
+    queue: str
+    kind: str
+    args: dict[str, Any]
+    state: JobState
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_expires_at: datetime | None
+    worker: str | None
+    last_error: str | None
+    unique_key: str | None
+    result: Any
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCount:
+    queue: str
+    state: JobState
+    count: int
+    oldest_ready_seconds: float | None
+    """Age of the oldest due ready job (ready rows only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """Counts per queue and state, and jobs done per second over the last minute."""
+
+    counts: tuple[QueueCount, ...]
+    done_per_second: dict[str, float]
+    """Per queue; counts kept finished jobs only (see ``keep_finished``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What ``enqueue`` stored: the job id, and whether it is new (False: a ready or running
+    job already held the unique key, and ``id`` is that job's)."""
+
+    id: int
+    created: bool
+
+
+def notify_payload(schema: str, queue: str) -> str:
+    """The wake-up payload for ``queue`` (the quoted schema, as the SQL functions write it)."""
+    return f'"{schema}":{queue}'
