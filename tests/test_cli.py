@@ -183,6 +183,25 @@ def test_topic_add_partitions(client: postroom.Client, dsn: str) -> None:
     fails(dsn, "topic", "add-partitions", "grow", "--total", "3", message="must be more")
 
 
+def test_topic_retention_deletes_what_active_groups_have_read(
+    client: postroom.Client, dsn: str
+) -> None:
+    client.create_topic("short", retention=timedelta(hours=1))
+    client.publish_batch("short", [f"m{n}" for n in range(6)])
+    client.reset_group("reader", "short", to=2)  # an active group that has read 0 and 1
+    assert ok(dsn, "topic", "retention").stdout == "deleted 0 message(s)\n"  # nothing is old
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE postroom.messages SET created_at = created_at - interval '2 hours'")
+    assert ok(dsn, "topic", "retention", "--batch-size", "1").stdout == "deleted 2 message(s)\n"
+    assert client.describe_topic("short").partition_info[0].low_water == 2
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE postroom.cursors SET updated_at = updated_at - interval '2 days'")
+    result = ok(dsn, "topic", "retention", "--group-expiry", "1d")  # the group expired
+    assert result.stdout == "deleted 4 message(s)\n"
+    assert client.describe_topic("short").partition_info[0].messages == 0
+    fails(dsn, "topic", "retention", "--group-expiry", "soon", message="invalid duration")
+
+
 # -- produce -------------------------------------------------------------------------------
 
 

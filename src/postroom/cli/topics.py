@@ -141,3 +141,32 @@ def add_partitions(
     with open_client(ctx) as client:
         client.add_partitions(name, total)
     console.print(f"topic {name!r} now has {total} partitions")
+
+
+@app.command("retention")
+def retention(
+    ctx: typer.Context,
+    group_expiry: Annotated[
+        str,
+        typer.Option(
+            "--group-expiry",
+            help="A group that has not committed for this long no longer pins messages.",
+        ),
+    ] = "7d",
+    batch_size: Annotated[
+        int,
+        typer.Option("--batch-size", help="Messages deleted per partition per transaction.", min=1),
+    ] = 10000,
+) -> None:
+    """Delete messages older than their topic's retention that every active group has read.
+
+    Nothing runs this for you: schedule it (cron, a systemd timer, a Kubernetes CronJob).
+    """
+    expiry = parse_duration(group_expiry)
+    total = 0
+    with open_client(ctx) as client:
+        # Each call deletes at most batch_size per partition in one short transaction; repeat
+        # until nothing is left to delete.
+        while deleted := client.apply_retention(group_expiry=expiry, batch_size=batch_size):
+            total += deleted
+    console.print(f"deleted {total} message(s)")
