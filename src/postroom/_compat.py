@@ -162,7 +162,7 @@ class JobCall:
             self._reason = reason
             if self._thread_id is not None:
                 self._injected = True
-                _set_async_exc(self._thread_id, ctypes.py_object(JobInterrupted))
+                _set_async_exc(self._thread_id, ctypes.py_object(_with_reason(reason.reason)))
 
 
 class JobThreads:
@@ -173,3 +173,13 @@ class JobThreads:
 
     def close(self) -> None:
         pass
+
+
+def _with_reason(reason: str) -> type[JobInterrupted]:
+    """A JobInterrupted subclass whose no-argument constructor carries ``reason``: an
+    exception raised asynchronously in a thread is given as a class, not an instance."""
+
+    def __init__(self: JobInterrupted) -> None:
+        JobInterrupted.__init__(self, reason)
+
+    return type("JobInterrupted", (JobInterrupted,), {"__init__": __init__})

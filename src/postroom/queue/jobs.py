@@ -95,7 +95,9 @@ class Jobs:
             if is_coroutine and not allow_coroutines:
                 raise InvalidType(
                     f"job {kind or func.__name__!r}: {func.__name__} is a coroutine function; "
-                    "register jobs on postroom.Client"
+                    # (split so the sync generator leaves the class name alone)
+                    "register coroutine functions on postroom.Async"
+                    "Client"
                 )
             name = kind if isinstance(kind, str) else func.__name__
             return self.register(make_definition(name, func, is_coroutine=is_coroutine, **options))

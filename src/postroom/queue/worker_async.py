@@ -51,6 +51,7 @@ from .records import check_queues, check_seconds, encode_result, notify_payload
 log = logging.getLogger("postroom.worker")
 
 MAX_ERROR_CHARS = 8000
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 RESCUE_BATCH = 1000
 PURGE_INTERVAL = 60.0
 OutcomeKind = Literal["done", "fail", "cancelled", "release"]
@@ -599,7 +600,7 @@ class AsyncWorker:
                     self._wake = True
                     self._cond.notify_all()
                 while not self._closed:
-                    async for notify in conn.notifies(timeout=0.5):
+                    async for notify in conn.notifies(timeout=0.1):
                         if notify.payload == self._cancel_payload:
                             self._heartbeat_now.set()
                         elif notify.payload in self._payloads:
@@ -702,6 +703,6 @@ class AsyncWorker:
 def _format_error(exc: BaseException) -> str:
     """The exception with its traceback, starting at the job's own frames."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.endswith(("_compat.py", "_acompat.py")):
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb)).strip()
