@@ -14,7 +14,7 @@ from postroom.queue.cron import parse_cron
 
 
 def at(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+    return datetime(*args, tzinfo=UTC)  # type: ignore[arg-type,misc]
 
 
 @pytest.mark.parametrize(
