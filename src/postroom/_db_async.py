@@ -24,10 +24,19 @@ class AsyncDatabase:
         self.pool = pool
         self.conninfo = conninfo
         self.schema = schema
-        self._rendered = {name: _sql.render(text, schema) for name, text in _QUERIES.items()}
+        # Statements with placeholders other than {schema} (grants) are rendered per call.
+        self._rendered = {
+            name: _sql.render(text, schema)
+            for name, text in _QUERIES.items()
+            if "{role}" not in text
+        }
 
     def q(self, name: str) -> sql.Composed:
         return self._rendered[name]
+
+    def q_for_role(self, name: str, role: str) -> sql.Composed:
+        """A statement with ``{role}`` rendered as a quoted identifier (never spliced text)."""
+        return _sql.render(_QUERIES[name], self.schema, role=role)
 
     @asynccontextmanager
     async def connection(self, conn: object = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

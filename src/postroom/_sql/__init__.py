@@ -35,9 +35,11 @@ def load_queries(filename: str) -> dict[str, LiteralString]:
     return queries
 
 
-def render(statement: LiteralString, schema: str) -> sql.Composed:
-    """The statement with ``{schema}`` replaced by the quoted identifier."""
-    return sql.SQL(statement).format(schema=sql.Identifier(schema))
+def render(statement: LiteralString, schema: str, **identifiers: str) -> sql.Composed:
+    """The statement with ``{schema}`` (and any other named placeholders in ``identifiers``,
+    such as ``{role}``) replaced by quoted identifiers."""
+    names = {name: sql.Identifier(value) for name, value in identifiers.items()}
+    return sql.SQL(statement).format(schema=sql.Identifier(schema), **names)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,24 @@
+-- Least-privilege grants: one named statement per capability, `{role}` rendered as a quoted
+-- identifier. SECURITY INVOKER functions (publish, publish_batch) run with the caller's rights,
+-- so the table grants below are what they need too.
+
+-- name: grant_producer
+-- Publish to any topic: read topic metadata, advance counter rows, insert messages.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.topics TO {role};
+GRANT SELECT, UPDATE (next_offset) ON {schema}.partitions TO {role};
+GRANT INSERT ON {schema}.messages TO {role};
+
+-- name: grant_consumer
+-- Consume any topic in any group: read messages and metadata, keep the group's cursors.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.topics, {schema}.partitions, {schema}.messages,
+                {schema}.messages_view TO {role};
+GRANT SELECT, INSERT, UPDATE (next_offset, updated_at) ON {schema}.cursors TO {role};
+
+-- name: grant_admin
+-- Everything in the schema: topics, groups, retention, migrations.
+GRANT ALL ON SCHEMA {schema} TO {role};
+GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role};
+GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};

@@ -1,0 +1,72 @@
+"""Least-privilege roles: a producer can publish and nothing else, a consumer can consume."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+import postroom
+from postroom.errors import InvalidArgument, InvalidName
+
+
+@pytest.fixture
+def role(client: postroom.Client) -> Iterator[str]:
+    """A LOGIN role (cluster-wide, so uniquely named), dropped after the test."""
+    name = f"postroom_role_{os.getpid()}"
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    yield name
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def as_role(client: postroom.Client, role: str) -> postroom.Client:
+    return postroom.connect(make_conninfo(client.conninfo, user=role))
+
+
+def test_producer_role_publishes_and_nothing_more(client: postroom.Client, role: str) -> None:
+    client.create_topic("orders", partitions=2)
+    client.grant(role, "producer")
+    with as_role(client, role) as producer:
+        assert producer.publish("orders", "x", key="k").offset == 0
+        assert len(producer.publish_batch("orders", ["a", "b"])) == 2
+        with producer.producer() as batching:
+            assert batching.send("orders", "c").result(timeout=10).offset >= 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            producer.delete_topic("orders")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            producer.consumer("g", "orders").poll(timeout=0)
+    assert client.describe_topic("orders").high_water == 4
+
+
+def test_consumer_role_consumes_and_cannot_publish(client: postroom.Client, role: str) -> None:
+    client.create_topic("orders")
+    client.publish_batch("orders", ["a", "b", "c"])
+    client.grant(role, "consumer")
+    with as_role(client, role) as consumer_client:
+        with consumer_client.consumer("billing", "orders") as consumer:
+            assert [m.text() for m in consumer.poll(timeout=1)] == ["a", "b", "c"]
+            consumer.commit()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            consumer_client.publish("orders", "forged")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            consumer_client.create_topic("other")
+    assert client.describe_group("billing").lag == 0
+
+
+def test_grant_checks_its_input(client: postroom.Client) -> None:
+    with pytest.raises(InvalidArgument, match="use one or more of"):
+        client.grant("someone", "superuser")
+    with pytest.raises(InvalidName, match="invalid role name"):
+        client.grant("", "producer")
+    # A hostile role name is an identifier, never SQL text: it names a role that does not exist.
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        client.grant('x"; DROP SCHEMA postroom CASCADE; --', "producer")
+    assert client.list_topics() == []
