@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 
 from postroom.errors import PostroomError
 
-from . import bench, consume, demo, embedded, groups, init, produce, topics
+from . import bench, consume, demo, embedded, groups, init, jobs, produce, topics
 from .common import Settings, fail
 
 
@@ -69,8 +69,8 @@ app.command("lag")(groups.lag)
 app.add_typer(embedded.app, name="embedded")
 app.command("demo")(demo.demo)
 app.add_typer(bench.app, name="bench")
-# job queue: app.add_typer(job.app, name="job")
-# workers:   app.add_typer(worker.app, name="worker")
+app.add_typer(jobs.app, name="job")
+app.command("worker")(jobs.worker)
 
 
 def main() -> None:
