@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from . import _sql
@@ -17,6 +19,7 @@ from ._compat import IS_ASYNC, to_thread
 from ._db import Database
 from .embedded import resolve_url
 from .errors import (
+    DatabaseUnavailable,
     GroupNotFound,
     InvalidArgument,
     InvalidName,
@@ -78,6 +81,14 @@ def connect(
             "not starting with a digit"
         )
     conninfo = to_thread(resolve_url, url)
+    try:
+        # Fail now with the server's reason, not after the pool's 30 s of retries.
+        probe = psycopg.Connection.connect(conninfo, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to {_redacted(conninfo)}: {str(exc).strip()}"
+        ) from exc
+    probe.close()
     pool = ConnectionPool(
         conninfo,
         min_size=min_size,
@@ -90,6 +101,14 @@ def connect(
     )
     pool.open(wait=True)
     return Client(Database(pool, conninfo, schema))
+
+
+def _redacted(conninfo: str) -> str:
+    """The connection target without its password, for error messages."""
+    params = conninfo_to_dict(conninfo)
+    return " ".join(
+        f"{k}={v}" for k, v in params.items() if k in ("host", "port", "dbname", "user")
+    )
 
 
 class Client:

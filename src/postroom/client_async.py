@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from . import _sql
@@ -15,6 +17,7 @@ from ._acompat import IS_ASYNC, ato_thread
 from ._db_async import AsyncDatabase
 from .embedded import resolve_url
 from .errors import (
+    DatabaseUnavailable,
     GroupNotFound,
     InvalidArgument,
     InvalidName,
@@ -76,6 +79,14 @@ async def connect_async(
             "not starting with a digit"
         )
     conninfo = await ato_thread(resolve_url, url)
+    try:
+        # Fail now with the server's reason, not after the pool's 30 s of retries.
+        probe = await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to {_redacted(conninfo)}: {str(exc).strip()}"
+        ) from exc
+    await probe.close()
     pool = AsyncConnectionPool(
         conninfo,
         min_size=min_size,
@@ -88,6 +99,14 @@ async def connect_async(
     )
     await pool.open(wait=True)
     return AsyncClient(AsyncDatabase(pool, conninfo, schema))
+
+
+def _redacted(conninfo: str) -> str:
+    """The connection target without its password, for error messages."""
+    params = conninfo_to_dict(conninfo)
+    return " ".join(
+        f"{k}={v}" for k, v in params.items() if k in ("host", "port", "dbname", "user")
+    )
 
 
 class AsyncClient:

@@ -182,3 +182,29 @@ def test_missing_schema_is_named(pg_server: object, dsn: str) -> None:
             client.publish("orders", "x")
     with pytest.raises(InvalidName, match="invalid schema name"):
         postroom.connect(dsn, schema="bad-schema; drop")
+
+
+def test_unreachable_database_fails_fast_and_names_the_target() -> None:
+    import time
+
+    from postroom.errors import DatabaseUnavailable
+
+    started = time.monotonic()
+    with pytest.raises(DatabaseUnavailable, match="cannot connect to .*host=127.0.0.1 port=1") as e:
+        postroom.connect("postgresql://someone:secret@127.0.0.1:1/nowhere")
+    assert "secret" not in str(e.value)
+    assert time.monotonic() - started < 10
+
+
+def test_headers_written_through_sql_in_other_json_forms_stay_readable(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("t")
+    with psycopg.connect(client.conninfo) as conn:
+        conn.execute(
+            "SELECT * FROM postroom.publish('t', 'v'::bytea, NULL, %s::jsonb)",
+            ['{"n": 1, "s": "x", "o": {"a": true}}'],
+        )
+    with client.consumer("g", "t") as consumer:
+        (message,) = consumer.poll(timeout=1)
+    assert message.headers == {"n": "1", "s": "x", "o": '{"a":true}'}

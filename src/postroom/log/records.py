@@ -164,10 +164,16 @@ def encode_headers(headers: Mapping[str, HeaderValue] | None) -> dict[str, Any] 
 def decode_headers(stored: dict[str, Any] | None) -> dict[str, HeaderValue]:
     if not stored:
         return {}
-    return {
-        name: value if isinstance(value, str) else base64.b64decode(value["b64"])
-        for name, value in stored.items()
-    }
+    return {name: _decode_header(value) for name, value in stored.items()}
+
+
+def _decode_header(value: Any) -> HeaderValue:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+        return base64.b64decode(value["b64"])
+    # Written through SQL in some other JSON form: keep it readable rather than fail the read.
+    return json.dumps(value, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
