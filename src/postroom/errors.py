@@ -90,3 +90,7 @@ class JobInterrupted(BaseException):
     def __init__(self, reason: str = "interrupted") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class DatabaseUnavailable(PostroomError):
+    """The database cannot be reached (wrong URL, server down, authentication refused)."""
