@@ -33,21 +33,30 @@ _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 
 
 class LazyFuture(Future[T]):
-    def __init__(self) -> None:  # Future.__init__ minus the condition
+    # Until someone waits, the waiter and callback lists are these empty tuples: nothing but the
+    # condition's owner appends to them, and fewer objects per send means less garbage
+    # collector work (the collector's passes over many live futures cost more than making them).
+    _waiters: Any = ()
+    _done_callbacks: Any = ()
+    # A class attribute read through the instance: never touching ``self.__dict__`` keeps
+    # CPython from building a dict object per future.
+    _lazy_condition: threading.Condition | None = None
+
+    def __init__(self) -> None:  # Future.__init__ minus the condition and the lists
         self._state = PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
-        condition: threading.Condition | None = self.__dict__.get("_lazy_condition")
+        condition = self._lazy_condition
         if condition is None:
             with _CREATION_LOCK:
-                condition = self.__dict__.get("_lazy_condition")
+                condition = self._lazy_condition
                 if condition is None:
-                    condition = self.__dict__["_lazy_condition"] = threading.Condition()
+                    self._waiters = []
+                    self._done_callbacks = []
+                    condition = self._lazy_condition = threading.Condition()
         return condition
 
     def done(self) -> bool:
@@ -64,7 +73,7 @@ class LazyFuture(Future[T]):
     def _finish_untouched(self, result: Any, exception: BaseException | None) -> bool:
         """Finish without a condition if nobody has waited yet; whether it did."""
         with _CREATION_LOCK:
-            if "_lazy_condition" in self.__dict__ or self._state in _DONE_STATES:
+            if self._lazy_condition is not None or self._state in _DONE_STATES:
                 return False  # the Future code path notifies waiters or raises InvalidStateError
             self._result = result
             self._exception = exception

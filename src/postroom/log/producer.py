@@ -47,32 +47,32 @@ class Appender:
         for record in records:
             if record.topic not in metas:
                 metas[record.topic] = self._topics.get(record.topic, conn if use_conn else None)
-        sticky: dict[str, int] = {}
-        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for index, record in enumerate(records):
-            meta = metas[record.topic]
-            partition = self._place(record, meta, sticky)
-            groups[(meta.id, partition)].append(index)
-
-        results: list[Published | None] = [None] * len(records)
+        groups = self._group(records, metas)
+        order = sorted(groups)  # ascending (topic id, partition): the counter row lock order
         with conn.pipeline():
             cursors = []
-            for topic_id, partition in sorted(groups):
-                batch = [records[i] for i in groups[(topic_id, partition)]]
+            for topic_id, partition in order:
+                indexes = groups[(topic_id, partition)]
+                batch = records if len(order) == 1 else [records[i] for i in indexes]
                 keys = [r.key for r in batch]
-                headers = [None if r.headers is None else Jsonb(r.headers) for r in batch]
+                headers = [r.headers for r in batch]
                 params = {
                     "topic_id": topic_id,
                     "partition": partition,
                     "values": [r.value for r in batch],
                     "keys": keys if any(k is not None for k in keys) else None,
-                    "headers": headers if any(h is not None for h in headers) else None,
+                    "headers": (
+                        [None if h is None else Jsonb(h) for h in headers]
+                        if any(h is not None for h in headers)
+                        else None
+                    ),
                 }
                 cursors.append(conn.execute(self._db.q("append_batch"), params))
             conn.execute(
                 self._db.q("notify_topics"), {"topic_ids": sorted({m.id for m in metas.values()})}
             )
-            for (topic_id, partition), cur in zip(sorted(groups), cursors, strict=True):
+            firsts = []
+            for (topic_id, _), cur in zip(order, cursors, strict=True):
                 row = cur.fetchone()
                 if row is None:
                     # The counter row is gone: the topic was deleted (maybe recreated) meanwhile.
@@ -80,9 +80,32 @@ class Appender:
                         self._topics.forget(meta.name)
                     names = [m.name for m in metas.values() if m.id == topic_id]
                     raise TopicNotFound(f"topic {names[0]!r} was deleted while publishing")
-                for step, index in enumerate(groups[(topic_id, partition)]):
-                    results[index] = Published(partition, row[0] + step)
-        return [r for r in results if r is not None]
+                firsts.append(row[0])
+        if len(order) == 1:
+            partition, first = order[0][1], firsts[0]
+            return [Published(partition, offset) for offset in range(first, first + len(records))]
+        results: list[Published] = [None] * len(records)  # type: ignore[list-item]
+        for group, first in zip(order, firsts, strict=True):
+            for offset, index in enumerate(groups[group], first):
+                results[index] = Published(group[1], offset)
+        return results
+
+    def _group(
+        self, records: list[Record], metas: dict[str, TopicMeta]
+    ) -> dict[tuple[int, int], list[int]]:
+        """Indexes of ``records`` by (topic id, partition), in input order within each group."""
+        sticky: dict[str, int] = {}
+        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for index, record in enumerate(records):
+            meta = metas[record.topic]
+            if record.partition is None and record.key is None:  # the common case, inlined
+                partition = sticky.get(meta.name)
+                if partition is None:
+                    partition = sticky[meta.name] = next(self._sticky) % meta.partitions
+            else:
+                partition = self._place(record, meta, sticky)
+            groups[(meta.id, partition)].append(index)
+        return groups
 
     def unknown_topics(self, names: set[str]) -> dict[str, TopicNotFound]:
         """The errors for those of ``names`` that are not topics (checked on the cache)."""
@@ -136,7 +159,10 @@ class Producer:
         self._linger = linger_ms / 1000
         self._batch_size = batch_size
         self._cond = Condition()
-        self._pending: list[tuple[Record, Future[Published]]] = []
+        # Two parallel lists rather than one of pairs: one object fewer per send for the
+        # garbage collector to track (its passes over many pending sends cost more than the sends).
+        self._records: list[Record] = []
+        self._futures: list[Future[Published]] = []
         self._in_flight = 0
         self._closed = False
         self._worker: Any = None
@@ -155,17 +181,19 @@ class Producer:
         with self._cond:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")
-            self._pending.append((record, future))
+            self._records.append(record)
+            self._futures.append(future)
+            pending = len(self._records)
             if self._worker is None:
                 self._worker = spawn(self._run, name="postroom-producer")
-            if len(self._pending) == 1 or len(self._pending) >= self._batch_size:
-                self._cond.notify_all()
+            if pending == 1 or pending == self._batch_size:
+                self._cond.notify_all()  # wakes the writer: first send, or a full batch
         return future
 
     def flush(self) -> None:
         """Wait until every message sent so far is written (or failed)."""
         with self._cond:
-            while self._pending or self._in_flight:
+            while self._records or self._in_flight:
                 self._cond.notify_all()
                 self._cond.wait_timeout(0.1)
 
@@ -189,44 +217,48 @@ class Producer:
             batch = self._next_batch()
             if batch is None:
                 return  # closed and drained
-            self._write(batch)
+            self._write(*batch)
             with self._cond:
                 self._in_flight -= 1
                 self._cond.notify_all()
 
-    def _next_batch(self) -> list[tuple[Record, Future[Published]]] | None:
+    def _next_batch(self) -> tuple[list[Record], list[Future[Published]]] | None:
         """Wait for sends, linger for more, and take up to ``batch_size`` of them."""
         with self._cond:
-            while not self._pending and not self._closed:
+            while not self._records and not self._closed:
                 self._cond.wait_timeout(1.0)
-            if not self._pending:
+            if not self._records:
                 return None
             deadline = time.monotonic() + self._linger
-            while len(self._pending) < self._batch_size and not self._closed:
+            while len(self._records) < self._batch_size and not self._closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait_timeout(remaining)
-            batch = self._pending[: self._batch_size]
-            del self._pending[: self._batch_size]
+            size = self._batch_size
+            records, futures = self._records[:size], self._futures[:size]
+            del self._records[:size], self._futures[:size]
             self._in_flight += 1
-            return batch
+            return records, futures
 
-    def _write(self, batch: list[tuple[Record, Future[Published]]]) -> None:
+    def _write(self, records: list[Record], futures: list[Future[Published]]) -> None:
         """Append the batch in one transaction and resolve its futures after the commit."""
         try:
             # A send to an unknown topic fails alone, not the batch it shares.
-            unknown = self._appender.unknown_topics({r.topic for r, _ in batch})
-            for record, future in batch:
-                if record.topic in unknown:
-                    future.set_exception(unknown[record.topic])
-            batch = [(r, f) for r, f in batch if r.topic not in unknown]
-            results = self._appender.append([record for record, _ in batch])
+            unknown = self._appender.unknown_topics({r.topic for r in records})
+            if unknown:
+                for record, future in zip(records, futures, strict=True):
+                    if record.topic in unknown:
+                        future.set_exception(unknown[record.topic])
+                kept = [i for i, r in enumerate(records) if r.topic not in unknown]
+                records = [records[i] for i in kept]
+                futures = [futures[i] for i in kept]
+            results = self._appender.append(records)
         except BaseException as exc:  # noqa: BLE001 - every waiting sender gets the error
-            for _, future in batch:
+            for future in futures:
                 if not future.done():
                     future.set_exception(exc)
         else:
-            for (_, future), result in zip(batch, results, strict=True):
+            for future, result in zip(futures, results, strict=True):
                 if not future.done():
                     future.set_result(result)
