@@ -45,3 +45,20 @@ def test_value_limits() -> None:
         encode_value(float("nan"))
     with pytest.raises(MessageTooLarge, match="limit is 1048576"):
         encode_value(b"x" * (records.MAX_VALUE_BYTES + 1))
+
+
+def test_build_message_makes_an_ordinary_frozen_message() -> None:
+    import dataclasses
+
+    from postroom.log.records import build_message
+
+    stamp = datetime.now(UTC)
+    built = build_message("t", 1, 7, b"k", b'{"x": 1}', {"h": "v"}, stamp)
+    expected = Message("t", 1, 7, b"k", b'{"x": 1}', {"h": "v"}, stamp)
+    assert type(built) is Message
+    assert built == expected
+    assert repr(built) == repr(expected)
+    assert dataclasses.asdict(built) == dataclasses.asdict(expected)
+    assert built.json() == {"x": 1}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.offset = 8  # type: ignore[misc]

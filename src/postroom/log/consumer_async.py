@@ -15,7 +15,14 @@ from .._acompat import asleep
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, OffsetOutOfRange
 from .metadata_async import AsyncTopicCache, TopicMeta
-from .records import Message, TopicPartition, check_name, check_offset, decode_headers
+from .records import (
+    Message,
+    TopicPartition,
+    build_message,
+    check_name,
+    check_offset,
+    decode_headers,
+)
 
 OffsetReset = Literal["earliest", "latest"]
 POLL_INTERVAL = 0.5
@@ -177,16 +184,24 @@ class AsyncConsumer:
                 self._db.q("fetch_messages"), {**params, "limit": limit}, binary=True
             )
             rows = await cur.fetchall()
+        # The per-row loop is most of a consumer's CPU: rows come ordered by partition, so the
+        # buffer is looked up once per partition, and messages are built the fast way.
+        current: tuple[int, int] | None = None
+        append: Any = None
+        name = ""
         for topic_id, partition, offset, key, value, headers, created_at in rows:
-            target = self._by_id[(topic_id, partition)]
-            target.buffer.append(
-                Message(
-                    target.meta.name,
+            if current != (topic_id, partition):
+                current = (topic_id, partition)
+                target = self._by_id[current]
+                append, name = target.buffer.append, target.meta.name
+            append(
+                build_message(
+                    name,
                     partition,
                     offset,
                     key,
                     value,
-                    decode_headers(headers),
+                    {} if headers is None else decode_headers(headers),
                     created_at,
                 )
             )
@@ -194,12 +209,14 @@ class AsyncConsumer:
     def _take(self, max_messages: int) -> list[Message]:
         taken: list[Message] = []
         for assigned in self._assigned.values():
-            while assigned.buffer and len(taken) < max_messages:
-                message = assigned.buffer.popleft()
-                if message.offset < assigned.position:
+            buffer, position = assigned.buffer, assigned.position
+            while buffer and len(taken) < max_messages:
+                message = buffer.popleft()
+                if message.offset < position:
                     continue  # superseded by a seek or a transactional claim
                 taken.append(message)
-                assigned.position = message.offset + 1
+                position = message.offset + 1
+            assigned.position = position
         return taken
 
     async def _wait_for_wakeup(self, timeout: float) -> None:
@@ -337,7 +354,9 @@ class AsyncConsumer:
         for topic_id, partition, offset, key, value, headers, created_at in await cur.fetchall():
             name = self._by_id[(topic_id, partition)].meta.name
             messages.append(
-                Message(name, partition, offset, key, value, decode_headers(headers), created_at)
+                build_message(
+                    name, partition, offset, key, value, decode_headers(headers), created_at
+                )
             )
         return messages
 

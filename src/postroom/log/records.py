@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ..errors import InvalidArgument, InvalidName, InvalidType, MessageTooLarge
 
@@ -63,6 +63,43 @@ class Message:
 
     def json(self) -> Any:
         return json.loads(self.value)
+
+
+@dataclass(slots=True)
+class _MessageBuilder:
+    """A mutable twin of :class:`Message` with the same slots, to build messages fast.
+
+    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: 2.5 us a
+    message, the largest cost of consuming. The consumer builds this twin (0.6 us) and moves it
+    into the ``Message`` class, which assignment to ``__class__`` allows between classes of the
+    same slot layout; from then on it is an ordinary, frozen ``Message``.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, HeaderValue]
+    timestamp: datetime
+
+
+assert _MessageBuilder.__slots__ == Message.__slots__
+
+
+def build_message(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes,
+    headers: dict[str, HeaderValue],
+    timestamp: datetime,
+) -> Message:
+    """``Message(...)``, three times faster: for the consumer's per-row loop."""
+    message: Any = _MessageBuilder(topic, partition, offset, key, value, headers, timestamp)
+    message.__class__ = Message
+    return cast(Message, message)
 
 
 def check_name(kind: str, name: object) -> str:
