@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,10 +58,11 @@ def test_job_commands_tour(
     listed = json.loads(ok(dsn, "job", "list", "--state", "ready", "--json").stdout)
     assert sorted(j["id"] for j in listed) == [1, 2, 3]
 
-    (tmp_path / "shoutjobs.py").write_text(MODULE)
+    module = "shoutjobs_" + re.sub(r"\W", "_", tmp_path.name)  # fresh per test: no import cache
+    (tmp_path / f"{module}.py").write_text(MODULE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("POSTROOM_URL", dsn)
-    ok(dsn, "worker", "shoutjobs", "--burst", "--concurrency", "2")
+    ok(dsn, "worker", module, "--burst", "--concurrency", "2")
     assert client.job_handle(1).result(timeout=1) == "HI"
 
     assert "failed" in ok(dsn, "job", "list", "--state", "failed").stdout

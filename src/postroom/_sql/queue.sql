@@ -3,14 +3,28 @@
 -- with (worker, attempts): a job rescued from it and claimed again no longer matches.
 
 -- name: enqueue_jobs
--- Inserts a batch of jobs (row locks on the new rows only). A job whose unique key is held by a
--- ready or running job is skipped (ON CONFLICT on the partial unique index). Returns the new
--- ids with their unique keys, in input order.
+-- Inserts a batch of jobs without unique keys (row locks on the new rows only). Returns the
+-- new ids in input order. Arguments arrive as JSON text: casting per row is cheaper than
+-- sending a jsonb[] array.
+INSERT INTO {schema}.jobs AS j (queue, kind, args, priority, run_at, max_attempts)
+SELECT b.queue, b.kind, b.args::jsonb, b.priority,
+       coalesce(b.run_at, now() + make_interval(secs => coalesce(b.delay, 0))),
+       b.max_attempts
+FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(args)s::text[], %(priorities)s::smallint[],
+            %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[])
+     WITH ORDINALITY AS b(queue, kind, args, priority, run_at, delay, max_attempts, ord)
+ORDER BY b.ord
+RETURNING j.id, j.unique_key;
+
+-- name: enqueue_unique_jobs
+-- As enqueue_jobs, for a batch with unique keys: a job whose key is held by a ready or running
+-- job is skipped (ON CONFLICT on the partial unique index; speculative insertion, which costs
+-- more, so keyless batches use enqueue_jobs). Returns the new ids with their keys, in order.
 INSERT INTO {schema}.jobs AS j (queue, kind, args, priority, run_at, max_attempts, unique_key)
-SELECT b.queue, b.kind, b.args, b.priority,
+SELECT b.queue, b.kind, b.args::jsonb, b.priority,
        coalesce(b.run_at, now() + make_interval(secs => coalesce(b.delay, 0))),
        b.max_attempts, b.unique_key
-FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(args)s::jsonb[], %(priorities)s::smallint[],
+FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(args)s::text[], %(priorities)s::smallint[],
             %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::integer[],
             %(unique_keys)s::text[])
      WITH ORDINALITY AS b(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
@@ -32,7 +46,7 @@ SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
 -- name: claim_jobs
 -- Claims up to %(limit)s due jobs of the queues for this worker under a lease (the claim_jobs
 -- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist).
-SELECT id, queue, kind, args, attempts, max_attempts, created_at, run_at
+SELECT id, queue, kind, args, attempts, max_attempts
 FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval);
 
 -- name: complete_jobs_archived

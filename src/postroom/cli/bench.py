@@ -21,3 +21,16 @@ def log(ctx: typer.Context) -> None:
     if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
         argv = ["--url", url, *argv]
     raise typer.Exit(run_benchmark(argv))
+
+
+@app.command("queue", context_settings=PASS_THROUGH, add_help_option=False)
+def queue(ctx: typer.Context) -> None:
+    """Benchmark the job queue against a pure-SQL drain; `postroom bench queue --help` lists
+    its options."""
+    from postroom.benchmarks.queue import main as run_benchmark
+
+    argv = list(ctx.args)
+    url = settings(ctx).url
+    if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
+        argv = ["--url", url, *argv]
+    raise typer.Exit(run_benchmark(argv))

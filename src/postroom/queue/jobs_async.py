@@ -72,6 +72,7 @@ class AsyncJobs:
         self.db = db
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
+        self._default_options: dict[str, JobOptions] = {}
 
     # -- registration ---------------------------------------------------------------------
 
@@ -79,6 +80,7 @@ class AsyncJobs:
         if definition.kind in self.definitions:
             raise InvalidArgument(f"job kind {definition.kind!r} is already registered")
         self.definitions[definition.kind] = definition
+        self._default_options.pop(definition.kind, None)
         return AsyncJobFunction(self, definition)
 
     def job_decorator(
@@ -135,11 +137,20 @@ class AsyncJobs:
     # -- enqueueing -----------------------------------------------------------------------
 
     def request(self, kind: str, args: Mapping[str, Any] | None, **options: Any) -> JobRequest:
-        check_kind(kind)
         definition = self.definitions.get(kind)
         if definition is not None and args:
             definition.bind_args((), args)
-        return JobRequest(kind, encode_args(kind, args or {}), job_options(definition, **options))
+        if any(value is not None for value in options.values()):
+            checked = job_options(definition, **options)
+            check_kind(kind)
+        else:
+            # Batches repeat a few kinds with default options: check those once per kind.
+            cached = self._default_options.get(kind)
+            if cached is None:
+                check_kind(kind)
+                cached = self._default_options[kind] = job_options(definition)
+            checked = cached
+        return JobRequest(kind, encode_args(kind, {} if args is None else args), checked)
 
     def request_from(self, item: object) -> JobRequest:
         """A batch item: a ``JobRequest`` (``func.prepare(...)``) or a mapping with ``kind``,
@@ -197,9 +208,13 @@ class AsyncJobs:
             "run_ats": [r.options.run_at for r in chunk],
             "delays": [r.options.delay for r in chunk],
             "max_attempts": [r.options.max_attempts for r in chunk],
-            "unique_keys": [r.options.unique_key for r in chunk],
         }
-        cur = await conn.execute(self.db.q("enqueue_jobs"), params)
+        keys = [r.options.unique_key for r in chunk]
+        if any(key is not None for key in keys):
+            params["unique_keys"] = keys
+            cur = await conn.execute(self.db.q("enqueue_unique_jobs"), params)
+        else:
+            cur = await conn.execute(self.db.q("enqueue_jobs"), params)
         inserted = await cur.fetchall()
         if len(inserted) == len(chunk):
             return [Enqueued(job_id, True) for job_id, _ in inserted]

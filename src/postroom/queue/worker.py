@@ -27,7 +27,7 @@ import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -67,8 +67,6 @@ class _Claimed:
     args: dict[str, Any]
     attempt: int
     max_attempts: int
-    created_at: datetime
-    run_at: datetime
     call: JobCall | None = None
     started: bool = False
     reported: bool = False
@@ -677,7 +675,7 @@ class Worker:
         ) in cur.fetchall():
             schedule = self._jobs.schedules[name]
             conn.execute(
-                self._db.q("enqueue_jobs"),
+                self._db.q("enqueue_unique_jobs"),
                 {
                     "queues": [queue],
                     "kinds": [kind],

@@ -25,7 +25,7 @@ import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -65,8 +65,6 @@ class _Claimed:
     args: dict[str, Any]
     attempt: int
     max_attempts: int
-    created_at: datetime
-    run_at: datetime
     call: AJobCall | None = None
     started: bool = False
     reported: bool = False
@@ -679,7 +677,7 @@ class AsyncWorker:
         ) in await cur.fetchall():
             schedule = self._jobs.schedules[name]
             await conn.execute(
-                self._db.q("enqueue_jobs"),
+                self._db.q("enqueue_unique_jobs"),
                 {
                     "queues": [queue],
                     "kinds": [kind],
