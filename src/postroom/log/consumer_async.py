@@ -167,6 +167,7 @@ class AsyncConsumer:
         deadline = time.monotonic() + max(timeout, 0)
         while True:
             if not any(a.buffer for a in self._assigned.values()):
+                await self._forget_wakeups()
                 await self._fetch(max_messages)
             taken = self._take(max_messages)
             if taken:
@@ -239,6 +240,19 @@ class AsyncConsumer:
         except psycopg.OperationalError:
             await self._close_listener()
             await asleep(timeout)
+
+    async def _forget_wakeups(self) -> None:
+        """Drop the notifications already received, without waiting: the fetch that follows
+        sees every message they announced (each was sent after its commit). Left queued, each
+        would wake the next wait at once for an empty fetch: at a commit per millisecond the
+        consumer then spent its time on empty fetches and fell behind (bench/RESULTS.md)."""
+        if self._listener is None or self._listener.closed:
+            return
+        try:
+            async for _ in self._listener.notifies(timeout=0):
+                pass
+        except psycopg.OperationalError:
+            await self._close_listener()  # the next wait reconnects
 
     async def _close_listener(self) -> None:
         if self._listener is not None:
