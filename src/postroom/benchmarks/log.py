@@ -60,7 +60,8 @@ class Settings:
     poll_max_messages: int = 5_000
     latency_seconds: float = 10.0
     latency_rate: int = 1_000
-    latency_linger_ms: float = 1.0
+    latency_linger_ms: float = 0.0
+    latency_commit_interval: float = 0.1
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -248,21 +249,31 @@ def measure_groups(
     return max(f[3] for f in finished) - started, [f[1] for f in finished]
 
 
-def _latency_process(url: str, expected: int, seconds: float, barrier: Any, results: Any) -> None:
-    """The latency phase's consumer: stamps each message's receive time against its send time."""
+def _latency_process(
+    url: str, expected: int, seconds: float, commit_interval: float, barrier: Any, results: Any
+) -> None:
+    """The latency phase's consumer: stamps each message's receive time against its send time.
+
+    It commits every ``commit_interval`` seconds, as Kafka's auto-commit does (every 5 s there):
+    a commit per poll would put a durable write (a WAL flush) between every two polls."""
     latencies: list[int] = []
     with postroom.connect(url, schema=SCHEMA, min_size=1, max_size=2) as client:
         with client.consumer("bench-latency", LATENCY_TOPIC) as consumer:
             consumer.assignment()
             barrier.wait()
             deadline = time.monotonic() + seconds + 10
+            next_commit = time.monotonic() + commit_interval
             while len(latencies) < expected and time.monotonic() < deadline:
                 batch = consumer.poll(timeout=0.5, max_messages=1000)
                 received_ns = time.time_ns()
                 for message in batch:
-                    latencies.append(received_ns - int.from_bytes(message.value[:8], "big"))
-                if batch:
+                    sent_ns = int.from_bytes(message.value[:8], "big")
+                    if sent_ns:  # 0: the untimed warm-up message
+                        latencies.append(received_ns - sent_ns)
+                if time.monotonic() >= next_commit:
                     consumer.commit()
+                    next_commit = time.monotonic() + commit_interval
+            consumer.commit()
     results.put(latencies)
 
 
@@ -277,7 +288,14 @@ def measure_latency(
     results = ctx.Queue()
     proc = ctx.Process(
         target=_latency_process,
-        args=(url, total, settings.latency_seconds, barrier, results),
+        args=(
+            url,
+            total,
+            settings.latency_seconds,
+            settings.latency_commit_interval,
+            barrier,
+            results,
+        ),
         daemon=True,
     )
     proc.start()
@@ -285,10 +303,10 @@ def measure_latency(
     interval = 1 / settings.latency_rate
     try:
         with client.producer(linger_ms=settings.latency_linger_ms) as producer:
-            producer.send(LATENCY_TOPIC, time.time_ns().to_bytes(8, "big") + pad).result()
+            producer.send(LATENCY_TOPIC, bytes(8) + pad).result()  # warm-up, not counted
             barrier.wait(timeout=60)
             started = next_send = time.perf_counter()
-            for _ in range(total - 1):
+            for _ in range(total):
                 next_send += interval
                 delay = next_send - time.perf_counter()
                 if delay > 0:
@@ -300,7 +318,7 @@ def measure_latency(
         proc.join(timeout=10)
         if proc.is_alive():
             proc.kill()
-    return sorted(ns / 1e6 for ns in latencies_ns), total, _rate(total - 1, sent_seconds)
+    return sorted(ns / 1e6 for ns in latencies_ns), total, _rate(total, sent_seconds)
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -341,18 +359,27 @@ def run(url: str | None = None, settings: Settings | None = None) -> dict[str, A
                     "copy_ratio": round(rate / copy_rate, 3) if copy_rate else 0.0,
                 }
 
+            def with_cpu(fig: dict[str, float], cpu_before: float) -> dict[str, float]:
+                # This process's CPU time (all threads) per message: what bounds a GIL-bound
+                # client, whatever else runs on the machine.
+                used = time.process_time() - cpu_before
+                return {**fig, "client_cpu_us": round(used / max(1, fig["messages"]) * 1e6, 2)}
+
             result["copy"] = figure(len(values), copy_seconds)
+            cpu = time.process_time()
             seconds, count = measure_producer(client, values, settings)
-            result["producer"] = figure(count, seconds)
+            result["producer"] = with_cpu(figure(count, seconds), cpu)
+            cpu = time.process_time()
             seconds, count = measure_publish_batch(client, values, settings.publish_batch_size)
-            result["publish_batch"] = figure(count, seconds)
+            result["publish_batch"] = with_cpu(figure(count, seconds), cpu)
 
             backlog = _backlog(client, TOPIC)
             result["backlog"] = backlog
+            cpu = time.process_time()
             seconds, count = measure_one_group(
                 client, "bench-one", backlog, settings.poll_max_messages
             )
-            result["consume_1_group"] = figure(count, seconds)
+            result["consume_1_group"] = with_cpu(figure(count, seconds), cpu)
             seconds, counts = measure_groups(
                 url, settings.groups, backlog, settings.poll_max_messages
             )
@@ -416,7 +443,8 @@ def format_report(result: dict[str, Any]) -> str:
         f"{settings['messages']} messages of {settings['value_size']} bytes, "
         f"{settings['partitions']} partitions",
         "",
-        f"{'phase':<38} {'messages':>9} {'seconds':>8} {'msg/s':>10} {'vs COPY':>8}",
+        f"{'phase':<38} {'messages':>9} {'seconds':>8} {'msg/s':>10} {'vs COPY':>8} "
+        f"{'client CPU/msg':>15}",
     ]
     rows = [
         ("raw binary COPY (reference)", "copy"),
@@ -434,9 +462,10 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     for label, name in rows:
         f = result[name]
+        cpu = f"{f['client_cpu_us']:>12.2f} us" if "client_cpu_us" in f else ""
         lines.append(
             f"{label:<38} {f['messages']:>9} {f['seconds']:>8.3f} {f['rate']:>10,} "
-            f"{f['copy_ratio']:>7.1%}"
+            f"{f['copy_ratio']:>7.1%} {cpu}"
         )
     lat = result["latency"]
     lines += [
