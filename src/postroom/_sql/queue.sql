@@ -294,3 +294,9 @@ SELECT clock_timestamp();
 -- name: listen_jobs
 -- Subscribes the worker's listener connection to enqueue and cancel wake-ups (no locks).
 LISTEN postroom_jobs;
+
+-- name: worker_session
+-- Worker connections commit without waiting for the WAL flush: a claim, heartbeat or outcome
+-- lost in a server crash only means the job runs again (at least once, as after a worker
+-- crash). Enqueues keep the caller's setting: they run on the caller's connections.
+SET synchronous_commit = off;

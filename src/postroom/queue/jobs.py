@@ -188,15 +188,18 @@ class Jobs:
         if not requests:
             return []
         results: list[Enqueued] = []
+        queues = sorted({r.options.queue for r in requests})
         with self.db.connection(conn) as db_conn:
-            for start in range(0, len(requests), ENQUEUE_CHUNK):
-                chunk = requests[start : start + ENQUEUE_CHUNK]
-                results.extend(self._insert(db_conn, chunk))
-            queues = sorted({r.options.queue for r in requests})
-            db_conn.execute(
-                self.db.q("notify_queues"),
-                {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
-            )
+            # The wake-up goes out with the first insert in one round trip (pipeline); it is
+            # delivered at commit either way.
+            with db_conn.pipeline():
+                db_conn.execute(
+                    self.db.q("notify_queues"),
+                    {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
+                )
+                for start in range(0, len(requests), ENQUEUE_CHUNK):
+                    chunk = requests[start : start + ENQUEUE_CHUNK]
+                    results.extend(self._insert(db_conn, chunk))
         return [Job(self, e.id, e.created) for e in results]
 
     def _insert(self, conn: psycopg.Connection[Any], chunk: list[JobRequest]) -> list[Enqueued]:

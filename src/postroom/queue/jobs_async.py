@@ -186,15 +186,18 @@ class AsyncJobs:
         if not requests:
             return []
         results: list[Enqueued] = []
+        queues = sorted({r.options.queue for r in requests})
         async with self.db.connection(conn) as db_conn:
-            for start in range(0, len(requests), ENQUEUE_CHUNK):
-                chunk = requests[start : start + ENQUEUE_CHUNK]
-                results.extend(await self._insert(db_conn, chunk))
-            queues = sorted({r.options.queue for r in requests})
-            await db_conn.execute(
-                self.db.q("notify_queues"),
-                {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
-            )
+            # The wake-up goes out with the first insert in one round trip (pipeline); it is
+            # delivered at commit either way.
+            async with db_conn.pipeline():
+                await db_conn.execute(
+                    self.db.q("notify_queues"),
+                    {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
+                )
+                for start in range(0, len(requests), ENQUEUE_CHUNK):
+                    chunk = requests[start : start + ENQUEUE_CHUNK]
+                    results.extend(await self._insert(db_conn, chunk))
         return [AsyncJob(self, e.id, e.created) for e in results]
 
     async def _insert(

@@ -38,6 +38,7 @@ from .._compat import (
     Event,
     JobCall,
     JobThreads,
+    Lock,
     gather,
     install_stop_handler,
     join_all,
@@ -166,12 +167,13 @@ class Worker:
             for d in jobs.definitions.values()
         )
         self._db: Database | None = None
-        # Claiming state, guarded by _cond.
-        self._cond = Condition()
+        # Claiming state, guarded by one lock: slots wait on _cond for claimed jobs, the
+        # fetcher waits on _fetch_cond for room in the buffer or a wake-up.
+        lock = Lock()
+        self._cond = Condition(lock)
+        self._fetch_cond = Condition(lock)
         self._buffer: deque[_Claimed] = deque()
         self._idle = 0
-        self._active = 0
-        self._fetching = False
         self._wake = True
         self._next_poll = 0.0
         self._claiming = True
@@ -205,12 +207,23 @@ class Worker:
             raise InvalidArgument("a worker runs once; create a new one with client.worker()")
         self._started = True
         self._burst = burst
-        kwargs: dict[str, Any] = {} if self._listen else {"prepare_threshold": None}
+        # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;
+        # multi-statement writes open a transaction explicitly.
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if not self._listen:
+            kwargs["prepare_threshold"] = None
+        session = self._jobs.db.q("worker_session")
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
+                conn.execute(session)
+
         pool = ConnectionPool(
             self._jobs.db.conninfo,
             min_size=1,
             max_size=5,
             kwargs=kwargs,
+            configure=configure,
             open=False,
             name=f"postroom-worker-{self.name}",
         )
@@ -230,12 +243,14 @@ class Worker:
                 background.append(spawn(self._schedule_loop, name="postroom-scheduler"))
             if self._listen:
                 background.append(spawn(self._listen_loop, name="postroom-listener"))
+            fetcher = spawn(self._fetch_loop, name="postroom-fetcher")
             slots = [
                 spawn(self._slot_loop, name=f"postroom-slot-{i}") for i in range(self.concurrency)
             ]
             while not self._stop_requests:
                 sleep(0.05)
             self._shutdown(slots)
+            gather(fetcher, 30)
         finally:
             self._closed = True
             self._heartbeat_now.set()
@@ -253,6 +268,7 @@ class Worker:
             unstarted = list(self._buffer)
             self._buffer.clear()
             self._cond.notify_all()
+            self._fetch_cond.notify()
         for job in unstarted:
             self._report(_Outcome(job, "release"))
         grace = 0.0 if self._stop_requests > 1 else self._grace
@@ -280,49 +296,62 @@ class Worker:
             self._execute(job)
 
     def _next_job(self) -> _Claimed | None:
-        """The next claimed job for this slot, claiming a batch when the buffer is empty;
-        None once the worker stops claiming."""
+        """The next claimed job for this slot; None once the worker stops claiming."""
         with self._cond:
             self._idle += 1
-        try:
-            while True:
-                with self._cond:
-                    while True:
-                        if not self._claiming:
-                            return None
-                        while self._buffer:
-                            job = self._buffer.popleft()
-                            if job.interrupt_kind != "lost":
-                                return job
-                        if not self._fetching and (
-                            self._wake or time.monotonic() >= self._next_poll
-                        ):
-                            break
-                        wait = (
-                            self._poll_interval
-                            if self._fetching
-                            else self._next_poll - time.monotonic()
-                        )
-                        self._cond.wait_timeout(max(wait, 0.001))
-                    self._fetching = True
-                    self._wake = False
-                    want = self._idle + self._prefetch
-                claimed = self._claim(want)
-                with self._cond:
-                    self._fetching = False
-                    self._buffer.extend(claimed)
-                    if len(claimed) >= want:
-                        self._wake = True  # probably more due: claim again when a slot is free
-                    else:
-                        self._next_poll = time.monotonic() + self._poll_interval * (
-                            0.8 + 0.4 * random.random()
-                        )
-                        if self._burst and not claimed and self._active == 0:
-                            self.stop()
-                    self._cond.notify_all()
-        finally:
-            with self._cond:
+            if not self._buffer:
+                self._fetch_cond.notify()  # a slot waits: claim for it
+            try:
+                while self._claiming:
+                    while self._buffer:
+                        job = self._buffer.popleft()
+                        if len(self._buffer) == self._prefetch // 2:
+                            self._fetch_cond.notify()  # low water: claim the next batch now
+                        if job.interrupt_kind != "lost":
+                            return job
+                    self._cond.wait_timeout(self._poll_interval)
+                return None
+            finally:
                 self._idle -= 1
+
+    def _fetch_loop(self) -> None:
+        """Claim batches into the buffer while slots run jobs from it: the next claim overlaps
+        the work on the current batch. Claims when the buffer is at or below half of
+        ``prefetch`` (empty without prefetch) and a slot is idle or there is room ahead; on a
+        wake-up (notification, a full batch last time) at once, otherwise every poll."""
+        while True:
+            with self._cond:
+                while True:
+                    if not self._claiming:
+                        return
+                    room = self._idle + self._prefetch - len(self._buffer)
+                    wanted = room > 0 and len(self._buffer) <= self._prefetch // 2
+                    due = self._wake or time.monotonic() >= self._next_poll
+                    if wanted and due:
+                        break
+                    wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
+                    self._fetch_cond.wait_timeout(max(wait, 0.001))
+                self._wake = False
+            claimed = self._claim(room)
+            with self._cond:
+                self._buffer.extend(claimed)
+                if len(claimed) >= room:
+                    self._wake = True  # probably more due: claim again when there is room
+                else:
+                    self._next_poll = time.monotonic() + self._poll_interval * (
+                        0.8 + 0.4 * random.random()
+                    )
+                    if (
+                        self._burst
+                        and not claimed
+                        and not self._buffer
+                        and self._idle == self.concurrency  # no slot is running a job
+                    ):
+                        self.stop()
+                if len(claimed) > 1:
+                    self._cond.notify_all()
+                elif claimed:
+                    self._cond.notify()
 
     def _claim(self, want: int) -> list[_Claimed]:
         assert self._db is not None
@@ -348,34 +377,28 @@ class Worker:
 
     def _execute(self, job: _Claimed) -> None:
         definition = self._jobs.definitions.get(job.kind)
-        with self._cond:
-            self._active += 1
         job.started = True
-        try:
-            if job.interrupt_kind == "cancel":
-                outcome = _Outcome(job, "cancelled")
-            elif definition is None:
-                known = ", ".join(sorted(self._jobs.definitions)) or "none"
-                outcome = self._failure(
-                    job,
-                    f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
-                    f"worker {self.name} (registered kinds: {known}); import the module that "
-                    "defines it in the worker",
-                    Backoff(),
-                )
+        if job.interrupt_kind == "cancel":
+            outcome = _Outcome(job, "cancelled")
+        elif definition is None:
+            known = ", ".join(sorted(self._jobs.definitions)) or "none"
+            outcome = self._failure(
+                job,
+                f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
+                f"worker {self.name} (registered kinds: {known}); import the module that "
+                "defines it in the worker",
+                Backoff(),
+            )
+        else:
+            job.call = JobCall(definition.func, job.args, definition.timeout, self._threads)
+            try:
+                value = job.call.run()
+            except JobInterrupted as exc:
+                outcome = self._interrupted(job, exc, definition.backoff)
+            except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
+                outcome = self._failure(job, _format_error(exc), definition.backoff)
             else:
-                job.call = JobCall(definition.func, job.args, definition.timeout, self._threads)
-                try:
-                    value = job.call.run()
-                except JobInterrupted as exc:
-                    outcome = self._interrupted(job, exc, definition.backoff)
-                except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
-                    outcome = self._failure(job, _format_error(exc), definition.backoff)
-                else:
-                    outcome = self._success(job, value)
-        finally:
-            with self._cond:
-                self._active -= 1
+                outcome = self._success(job, value)
         self._report(outcome)
 
     def _success(self, job: _Claimed, value: Any) -> _Outcome:
@@ -430,7 +453,7 @@ class Worker:
             if self._limited:
                 with self._cond:  # running counts fell: limited claims may go on
                     self._wake = True
-                    self._cond.notify_all()
+                    self._fetch_cond.notify()
 
     def _write_outcomes(self, batch: list[_Outcome]) -> None:
         assert self._db is not None
@@ -440,7 +463,11 @@ class Worker:
         for attempt in range(5):
             try:
                 with self._db.connection() as conn:
-                    self._write(conn, by_kind)
+                    if len(by_kind) == 1 and "release" not in by_kind:
+                        self._write(conn, by_kind)  # one statement
+                    else:
+                        with conn.transaction():
+                            self._write(conn, by_kind)
                 break
             except psycopg.OperationalError as exc:
                 log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
@@ -578,7 +605,7 @@ class Worker:
             log.info("returned %d jobs whose lease expired", total)
             with self._cond:
                 self._wake = True
-                self._cond.notify_all()
+                self._fetch_cond.notify()
         return total
 
     # -- wake-ups and schedules -------------------------------------------------------------
@@ -596,7 +623,7 @@ class Worker:
                 conn.execute(self._db.q("listen_jobs"))
                 with self._cond:  # jobs may have arrived while not listening
                     self._wake = True
-                    self._cond.notify_all()
+                    self._fetch_cond.notify()
                 while not self._closed:
                     for notify in conn.notifies(timeout=0.1):
                         if notify.payload == self._cancel_payload:
@@ -604,7 +631,7 @@ class Worker:
                         elif notify.payload in self._payloads:
                             with self._cond:
                                 self._wake = True
-                                self._cond.notify_all()
+                                self._fetch_cond.notify()
             except psycopg.Error as exc:
                 log.warning("LISTEN connection lost, reconnecting: %s", exc)
             finally:
@@ -620,7 +647,7 @@ class Worker:
         if not self._jobs.schedules:
             return
         assert self._db is not None
-        with self._db.connection() as conn:
+        with self._db.connection() as conn, conn.transaction():
             cur = conn.execute(self._db.q("db_clock"))
             row = cur.fetchone()
             assert row is not None
@@ -647,7 +674,8 @@ class Worker:
             wait = 1.0
             try:
                 with self._db.connection() as conn:
-                    self._enqueue_due_ticks(conn, names)
+                    with conn.transaction():
+                        self._enqueue_due_ticks(conn, names)
                     cur = conn.execute(self._db.q("next_schedule_at"), {"names": names})
                     row = cur.fetchone()
                 if row is not None and row[0] is not None:

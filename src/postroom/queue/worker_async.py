@@ -35,6 +35,7 @@ from .._acompat import (
     ACondition,
     AEvent,
     AJobCall,
+    ALock,
     JobThreads,
     agather,
     ajoin_all,
@@ -164,12 +165,13 @@ class AsyncWorker:
             for d in jobs.definitions.values()
         )
         self._db: AsyncDatabase | None = None
-        # Claiming state, guarded by _cond.
-        self._cond = ACondition()
+        # Claiming state, guarded by one lock: slots wait on _cond for claimed jobs, the
+        # fetcher waits on _fetch_cond for room in the buffer or a wake-up.
+        lock = ALock()
+        self._cond = ACondition(lock)
+        self._fetch_cond = ACondition(lock)
         self._buffer: deque[_Claimed] = deque()
         self._idle = 0
-        self._active = 0
-        self._fetching = False
         self._wake = True
         self._next_poll = 0.0
         self._claiming = True
@@ -203,12 +205,23 @@ class AsyncWorker:
             raise InvalidArgument("a worker runs once; create a new one with client.worker()")
         self._started = True
         self._burst = burst
-        kwargs: dict[str, Any] = {} if self._listen else {"prepare_threshold": None}
+        # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;
+        # multi-statement writes open a transaction explicitly.
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if not self._listen:
+            kwargs["prepare_threshold"] = None
+        session = self._jobs.db.q("worker_session")
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
+                await conn.execute(session)
+
         pool = AsyncConnectionPool(
             self._jobs.db.conninfo,
             min_size=1,
             max_size=5,
             kwargs=kwargs,
+            configure=configure,
             open=False,
             name=f"postroom-worker-{self.name}",
         )
@@ -228,12 +241,14 @@ class AsyncWorker:
                 background.append(aspawn(self._schedule_loop, name="postroom-scheduler"))
             if self._listen:
                 background.append(aspawn(self._listen_loop, name="postroom-listener"))
+            fetcher = aspawn(self._fetch_loop, name="postroom-fetcher")
             slots = [
                 aspawn(self._slot_loop, name=f"postroom-slot-{i}") for i in range(self.concurrency)
             ]
             while not self._stop_requests:
                 await asleep(0.05)
             await self._shutdown(slots)
+            await agather(fetcher, 30)
         finally:
             self._closed = True
             self._heartbeat_now.set()
@@ -251,6 +266,7 @@ class AsyncWorker:
             unstarted = list(self._buffer)
             self._buffer.clear()
             self._cond.notify_all()
+            self._fetch_cond.notify()
         for job in unstarted:
             await self._report(_Outcome(job, "release"))
         grace = 0.0 if self._stop_requests > 1 else self._grace
@@ -278,49 +294,62 @@ class AsyncWorker:
             await self._execute(job)
 
     async def _next_job(self) -> _Claimed | None:
-        """The next claimed job for this slot, claiming a batch when the buffer is empty;
-        None once the worker stops claiming."""
+        """The next claimed job for this slot; None once the worker stops claiming."""
         async with self._cond:
             self._idle += 1
-        try:
-            while True:
-                async with self._cond:
-                    while True:
-                        if not self._claiming:
-                            return None
-                        while self._buffer:
-                            job = self._buffer.popleft()
-                            if job.interrupt_kind != "lost":
-                                return job
-                        if not self._fetching and (
-                            self._wake or time.monotonic() >= self._next_poll
-                        ):
-                            break
-                        wait = (
-                            self._poll_interval
-                            if self._fetching
-                            else self._next_poll - time.monotonic()
-                        )
-                        await self._cond.wait_timeout(max(wait, 0.001))
-                    self._fetching = True
-                    self._wake = False
-                    want = self._idle + self._prefetch
-                claimed = await self._claim(want)
-                async with self._cond:
-                    self._fetching = False
-                    self._buffer.extend(claimed)
-                    if len(claimed) >= want:
-                        self._wake = True  # probably more due: claim again when a slot is free
-                    else:
-                        self._next_poll = time.monotonic() + self._poll_interval * (
-                            0.8 + 0.4 * random.random()
-                        )
-                        if self._burst and not claimed and self._active == 0:
-                            self.stop()
-                    self._cond.notify_all()
-        finally:
-            async with self._cond:
+            if not self._buffer:
+                self._fetch_cond.notify()  # a slot waits: claim for it
+            try:
+                while self._claiming:
+                    while self._buffer:
+                        job = self._buffer.popleft()
+                        if len(self._buffer) == self._prefetch // 2:
+                            self._fetch_cond.notify()  # low water: claim the next batch now
+                        if job.interrupt_kind != "lost":
+                            return job
+                    await self._cond.wait_timeout(self._poll_interval)
+                return None
+            finally:
                 self._idle -= 1
+
+    async def _fetch_loop(self) -> None:
+        """Claim batches into the buffer while slots run jobs from it: the next claim overlaps
+        the work on the current batch. Claims when the buffer is at or below half of
+        ``prefetch`` (empty without prefetch) and a slot is idle or there is room ahead; on a
+        wake-up (notification, a full batch last time) at once, otherwise every poll."""
+        while True:
+            async with self._cond:
+                while True:
+                    if not self._claiming:
+                        return
+                    room = self._idle + self._prefetch - len(self._buffer)
+                    wanted = room > 0 and len(self._buffer) <= self._prefetch // 2
+                    due = self._wake or time.monotonic() >= self._next_poll
+                    if wanted and due:
+                        break
+                    wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
+                    await self._fetch_cond.wait_timeout(max(wait, 0.001))
+                self._wake = False
+            claimed = await self._claim(room)
+            async with self._cond:
+                self._buffer.extend(claimed)
+                if len(claimed) >= room:
+                    self._wake = True  # probably more due: claim again when there is room
+                else:
+                    self._next_poll = time.monotonic() + self._poll_interval * (
+                        0.8 + 0.4 * random.random()
+                    )
+                    if (
+                        self._burst
+                        and not claimed
+                        and not self._buffer
+                        and self._idle == self.concurrency  # no slot is running a job
+                    ):
+                        self.stop()
+                if len(claimed) > 1:
+                    self._cond.notify_all()
+                elif claimed:
+                    self._cond.notify()
 
     async def _claim(self, want: int) -> list[_Claimed]:
         assert self._db is not None
@@ -346,34 +375,28 @@ class AsyncWorker:
 
     async def _execute(self, job: _Claimed) -> None:
         definition = self._jobs.definitions.get(job.kind)
-        async with self._cond:
-            self._active += 1
         job.started = True
-        try:
-            if job.interrupt_kind == "cancel":
-                outcome = _Outcome(job, "cancelled")
-            elif definition is None:
-                known = ", ".join(sorted(self._jobs.definitions)) or "none"
-                outcome = self._failure(
-                    job,
-                    f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
-                    f"worker {self.name} (registered kinds: {known}); import the module that "
-                    "defines it in the worker",
-                    Backoff(),
-                )
+        if job.interrupt_kind == "cancel":
+            outcome = _Outcome(job, "cancelled")
+        elif definition is None:
+            known = ", ".join(sorted(self._jobs.definitions)) or "none"
+            outcome = self._failure(
+                job,
+                f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
+                f"worker {self.name} (registered kinds: {known}); import the module that "
+                "defines it in the worker",
+                Backoff(),
+            )
+        else:
+            job.call = AJobCall(definition.func, job.args, definition.timeout, self._threads)
+            try:
+                value = await job.call.run()
+            except JobInterrupted as exc:
+                outcome = self._interrupted(job, exc, definition.backoff)
+            except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
+                outcome = self._failure(job, _format_error(exc), definition.backoff)
             else:
-                job.call = AJobCall(definition.func, job.args, definition.timeout, self._threads)
-                try:
-                    value = await job.call.run()
-                except JobInterrupted as exc:
-                    outcome = self._interrupted(job, exc, definition.backoff)
-                except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
-                    outcome = self._failure(job, _format_error(exc), definition.backoff)
-                else:
-                    outcome = self._success(job, value)
-        finally:
-            async with self._cond:
-                self._active -= 1
+                outcome = self._success(job, value)
         await self._report(outcome)
 
     def _success(self, job: _Claimed, value: Any) -> _Outcome:
@@ -428,7 +451,7 @@ class AsyncWorker:
             if self._limited:
                 async with self._cond:  # running counts fell: limited claims may go on
                     self._wake = True
-                    self._cond.notify_all()
+                    self._fetch_cond.notify()
 
     async def _write_outcomes(self, batch: list[_Outcome]) -> None:
         assert self._db is not None
@@ -438,7 +461,11 @@ class AsyncWorker:
         for attempt in range(5):
             try:
                 async with self._db.connection() as conn:
-                    await self._write(conn, by_kind)
+                    if len(by_kind) == 1 and "release" not in by_kind:
+                        await self._write(conn, by_kind)  # one statement
+                    else:
+                        async with conn.transaction():
+                            await self._write(conn, by_kind)
                 break
             except psycopg.OperationalError as exc:
                 log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
@@ -578,7 +605,7 @@ class AsyncWorker:
             log.info("returned %d jobs whose lease expired", total)
             async with self._cond:
                 self._wake = True
-                self._cond.notify_all()
+                self._fetch_cond.notify()
         return total
 
     # -- wake-ups and schedules -------------------------------------------------------------
@@ -596,7 +623,7 @@ class AsyncWorker:
                 await conn.execute(self._db.q("listen_jobs"))
                 async with self._cond:  # jobs may have arrived while not listening
                     self._wake = True
-                    self._cond.notify_all()
+                    self._fetch_cond.notify()
                 while not self._closed:
                     async for notify in conn.notifies(timeout=0.1):
                         if notify.payload == self._cancel_payload:
@@ -604,7 +631,7 @@ class AsyncWorker:
                         elif notify.payload in self._payloads:
                             async with self._cond:
                                 self._wake = True
-                                self._cond.notify_all()
+                                self._fetch_cond.notify()
             except psycopg.Error as exc:
                 log.warning("LISTEN connection lost, reconnecting: %s", exc)
             finally:
@@ -620,7 +647,7 @@ class AsyncWorker:
         if not self._jobs.schedules:
             return
         assert self._db is not None
-        async with self._db.connection() as conn:
+        async with self._db.connection() as conn, conn.transaction():
             cur = await conn.execute(self._db.q("db_clock"))
             row = await cur.fetchone()
             assert row is not None
@@ -647,7 +674,8 @@ class AsyncWorker:
             wait = 1.0
             try:
                 async with self._db.connection() as conn:
-                    await self._enqueue_due_ticks(conn, names)
+                    async with conn.transaction():
+                        await self._enqueue_due_ticks(conn, names)
                     cur = await conn.execute(self._db.q("next_schedule_at"), {"names": names})
                     row = await cur.fetchone()
                 if row is not None and row[0] is not None:
