@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .._acompat import ACondition, AFuture, agather, aspawn, new_future
+from .._acompat import ACondition, AFuture, ALock, agather, aspawn, new_future
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, ProducerClosed, TopicNotFound
 from .metadata_async import AsyncTopicCache, TopicMeta
@@ -158,7 +158,13 @@ class AsyncProducer:
         self._appender = appender
         self._linger = linger_ms / 1000
         self._batch_size = batch_size
+        # Two locks: ``_buffer_lock`` guards the pending lists and ``_closed`` and is the only
+        # one a send takes, except the sends that must wake the writer (the first pending
+        # message, a full batch), which take ``_cond`` too. A Condition (an RLock and Python
+        # methods) on every send cost more than the rest of it, and contending with the writer
+        # for it cost a GIL hand-over each time. Lock order: ``_cond``, then ``_buffer_lock``.
         self._cond = ACondition()
+        self._buffer_lock = ALock()
         # Two parallel lists rather than one of pairs: one object fewer per send for the
         # garbage collector to track (its passes over many pending sends cost more than the sends).
         self._records: list[Record] = []
@@ -178,16 +184,20 @@ class AsyncProducer:
     ) -> AFuture[Published]:
         record = make_record(topic, value, key, headers, partition)
         future: AFuture[Published] = new_future()
-        async with self._cond:
+        async with self._buffer_lock:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")
             self._records.append(record)
             self._futures.append(future)
             pending = len(self._records)
-            if self._worker is None:
-                self._worker = aspawn(self._run, name="postroom-producer")
-            if pending == 1 or pending == self._batch_size:
-                self._cond.notify_all()  # wakes the writer: first send, or a full batch
+        if pending == 1 or pending == self._batch_size:
+            # Wake the writer: the first pending message, or a full batch. Waking needs
+            # ``_cond``, under which the writer checks the lists before it waits, so this
+            # notification cannot fall between its check and its wait.
+            async with self._cond:
+                if self._worker is None:
+                    self._worker = aspawn(self._run, name="postroom-producer")
+                self._cond.notify_all()
         return future
 
     async def flush(self) -> None:
@@ -200,7 +210,8 @@ class AsyncProducer:
     async def close(self) -> None:
         """Flush, then stop the background writer. Idempotent."""
         async with self._cond:
-            self._closed = True
+            async with self._buffer_lock:
+                self._closed = True  # a send either got in before this or raises
             self._cond.notify_all()
         if self._worker is not None:
             await agather(self._worker)
@@ -236,8 +247,9 @@ class AsyncProducer:
                     break
                 await self._cond.wait_timeout(remaining)
             size = self._batch_size
-            records, futures = self._records[:size], self._futures[:size]
-            del self._records[:size], self._futures[:size]
+            async with self._buffer_lock:
+                records, futures = self._records[:size], self._futures[:size]
+                del self._records[:size], self._futures[:size]
             self._in_flight += 1
             return records, futures
 
