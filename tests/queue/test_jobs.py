@@ -399,3 +399,55 @@ def test_bad_registrations(client: postroom.Client) -> None:
         client.job("twice")(twice)
     with pytest.raises(InvalidArgument, match="nothing to run"):
         postroom.connect(client.conninfo).worker()
+
+
+def test_rescue_fails_a_crashed_job_without_attempts_left(
+    client: postroom.Client, dsn: str
+) -> None:
+    job = client.enqueue("crashy", max_attempts=1)
+    cancelled = client.enqueue("crashy")
+    # A worker that claims both and dies: its leases expire and nobody extends them.
+    claimed = query_ids(dsn, "SELECT id FROM postroom.claim_jobs('{default}', 10, 'ghost', '1 ms')")
+    assert claimed == sorted([job.id, cancelled.id])
+    assert client.cancel_job(cancelled.id) == "running"
+
+    @client.job("crashy")
+    def crashy() -> None:
+        raise AssertionError("must not run")
+
+    with running(worker(client, rescue_interval=0.05)):
+        wait_for(lambda: client.get_job(job.id).state == "failed", what="the rescue")
+        wait_for(lambda: client.get_job(cancelled.id).state == "cancelled", what="the cancel")
+    info = client.get_job(job.id)
+    assert info.attempts == 1
+    assert info.last_error == "lease expired: worker ghost stopped heartbeating during attempt 1"
+
+
+def test_queue_limit_holds_in_one_worker(client: postroom.Client) -> None:
+    lock = threading.Lock()
+    running_now = peak = 0
+
+    @client.job("narrow", queue="narrow")
+    def narrow() -> None:
+        nonlocal running_now, peak
+        with lock:
+            running_now += 1
+            peak = max(peak, running_now)
+        time.sleep(0.05)
+        with lock:
+            running_now -= 1
+
+    client.set_queue_limit("narrow", max_concurrency=2)
+    client.enqueue_batch(narrow.prepare() for _ in range(12))
+    worker(client, concurrency=6).run(burst=True, handle_signals=False)
+    assert peak == 2
+    client.set_queue_limit("narrow")  # no limits: removed
+    for _ in range(12):
+        narrow.enqueue()
+    worker(client, concurrency=6).run(burst=True, handle_signals=False)
+    assert peak > 2
+
+
+def query_ids(dsn: str, statement: str) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return sorted(row[0] for row in conn.execute(statement.encode()).fetchall())

@@ -161,10 +161,12 @@ def measure_burn_down(url: str, settings: Settings, *, keep: bool) -> dict[str, 
         )
         thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
         started = time.perf_counter()
+        cpu_started = time.process_time()
         thread.start()
         while worker.processed < backlog and thread.is_alive():
             time.sleep(0.001)
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
         worker.stop()
         thread.join()
     return {
@@ -172,6 +174,9 @@ def measure_burn_down(url: str, settings: Settings, *, keep: bool) -> dict[str, 
         "seconds": elapsed,
         "rate": round(_rate(backlog, elapsed)),
         "keep_finished": keep,
+        # CPU seconds of this Python process (all threads) while it drained: close to
+        # `seconds` means the worker is bound by the interpreter (one core, the GIL).
+        "worker_cpu_seconds": round(cpu, 3),
     }
 
 
@@ -413,7 +418,8 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     for label, name in rows:
         f = result[name]
-        lines.append(f"{label:<58} {f['jobs']:>7} {f['seconds']:>8.3f} {f['rate']:>9,}")
+        cpu = f" (worker CPU {f['worker_cpu_seconds']:.2f} s)" if "worker_cpu_seconds" in f else ""
+        lines.append(f"{label:<58} {f['jobs']:>7} {f['seconds']:>8.3f} {f['rate']:>9,}{cpu}")
     lines.append(
         f"{'  floor: INSERT ... SELECT generate_series on the server':<58} {s['jobs']:>7} "
         f"{'':>8} {result['enqueue']['server_insert_floor_rate']:>9,}"

@@ -253,6 +253,7 @@ class Worker:
             gather(fetcher, 30)
         finally:
             self._closed = True
+            self._claiming = False  # slots and fetcher end at their next wake-up
             self._heartbeat_now.set()
             self._loops_stop.set()
             for task in background:

@@ -251,6 +251,7 @@ class AsyncWorker:
             await agather(fetcher, 30)
         finally:
             self._closed = True
+            self._claiming = False  # slots and fetcher end at their next wake-up
             self._heartbeat_now.set()
             self._loops_stop.set()
             for task in background:
