@@ -443,7 +443,7 @@ def format_report(result: dict[str, Any]) -> str:
         f"{settings['messages']} messages of {settings['value_size']} bytes, "
         f"{settings['partitions']} partitions",
         "",
-        f"{'phase':<38} {'messages':>9} {'seconds':>8} {'msg/s':>10} {'vs COPY':>8} "
+        f"{'phase':<44} {'messages':>9} {'seconds':>8} {'msg/s':>10} {'vs COPY':>8} "
         f"{'client CPU/msg':>15}",
     ]
     rows = [
@@ -464,7 +464,7 @@ def format_report(result: dict[str, Any]) -> str:
         f = result[name]
         cpu = f"{f['client_cpu_us']:>12.2f} us" if "client_cpu_us" in f else ""
         lines.append(
-            f"{label:<38} {f['messages']:>9} {f['seconds']:>8.3f} {f['rate']:>10,} "
+            f"{label:<44} {f['messages']:>9} {f['seconds']:>8.3f} {f['rate']:>10,} "
             f"{f['copy_ratio']:>7.1%} {cpu}"
         )
     lat = result["latency"]
