@@ -451,3 +451,29 @@ def test_queue_limit_holds_in_one_worker(client: postroom.Client) -> None:
 def query_ids(dsn: str, statement: str) -> list[int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return sorted(row[0] for row in conn.execute(statement.encode()).fetchall())
+
+
+def test_workers_vacuum_the_jobs_table_when_dead_rows_pile_up(
+    client: postroom.Client, dsn: str
+) -> None:
+    @client.job("churn")
+    def churn(n: int) -> None:
+        pass
+
+    client.enqueue_batch(churn.prepare(n=n) for n in range(6000))
+    worker(client, concurrency=1, prefetch=999, keep_finished=0, vacuum_interval=None).run(
+        burst=True, handle_signals=False
+    )  # 12,000 dead rows: the claims' old versions and the deletes
+
+    def vacuums() -> int:
+        return int(
+            scalar(
+                dsn,
+                "SELECT vacuum_count FROM pg_stat_user_tables "
+                "WHERE schemaname = 'postroom' AND relname = 'jobs'",
+            )
+        )
+
+    assert vacuums() == 0
+    with running(worker(client, vacuum_interval=0.1)):
+        wait_for(vacuums, 30, "a worker to vacuum the jobs table")

@@ -300,3 +300,25 @@ LISTEN postroom_jobs;
 -- lost in a server crash only means the job runs again (at least once, as after a worker
 -- crash). Enqueues keep the caller's setting: they run on the caller's connections.
 SET synchronous_commit = off;
+
+-- name: queue_dead_tuples
+-- Dead and live row estimates of the queue tables from the statistics views (no locks).
+SELECT c.relname, coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0)
+FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid IN ('{schema}.jobs'::regclass, '{schema}.finished_jobs'::regclass);
+
+-- name: try_vacuum_lock
+-- Session advisory lock (try, no wait) electing the one worker that vacuums this schema now.
+SELECT pg_try_advisory_lock(hashtext('postroom.vacuum'), hashtext(%(schema)s));
+
+-- name: vacuum_unlock
+-- Releases the vacuum election lock.
+SELECT pg_advisory_unlock(hashtext('postroom.vacuum'), hashtext(%(schema)s));
+
+-- name: vacuum_jobs
+-- Vacuums the hot table (SHARE UPDATE EXCLUSIVE: claims and writes go on meanwhile).
+VACUUM (ANALYZE) {schema}.jobs;
+
+-- name: vacuum_finished_jobs
+-- Vacuums the finished jobs after purges (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.finished_jobs;

@@ -255,7 +255,8 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
 
     def sample() -> None:
         query = sql.SQL(
-            "SELECT n_live_tup, n_dead_tup, pg_total_relation_size(relid), autovacuum_count "
+            "SELECT n_live_tup, n_dead_tup, pg_total_relation_size(relid), "
+            "autovacuum_count + vacuum_count "
             "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'"
         )
         with psycopg.connect(url, autocommit=True) as conn:
@@ -270,7 +271,7 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
                             "live": live,
                             "dead": dead,
                             "bytes": size,
-                            "autovacuums": vacuums,
+                            "vacuums": vacuums,
                         }
                     )
 
@@ -283,9 +284,10 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
             while time.perf_counter() < deadline:
                 client.enqueue_batch(_prepared(settings.churn_batch))
                 enqueued += settings.churn_batch
-                # Keep the backlog bounded: churn, not a growing queue.
-                if enqueued % (settings.churn_batch * 50) == 0 and _backlog(url) > 20_000:
-                    time.sleep(0.5)
+                # Enqueue as fast as the worker drains: churn, not a growing backlog.
+                if enqueued % (settings.churn_batch * 10) == 0:
+                    while _backlog(url) > 10_000 and time.perf_counter() < deadline:
+                        time.sleep(0.1)
     finally:
         stop.set()
         sampler.join()
@@ -293,6 +295,8 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
     return {
         "seconds": settings.churn_seconds,
         "enqueued": enqueued,
+        "final_dead": samples[-1]["dead"] if samples else 0,
+        "final_bytes": samples[-1]["bytes"] if samples else 0,
         "rate": round(_rate(enqueued, settings.churn_seconds)),
         "max_dead": max((s["dead"] for s in samples), default=0),
         "max_bytes": max((s["bytes"] for s in samples), default=0),
@@ -342,7 +346,7 @@ def serve(url: str, keep_finished: float) -> int:
     with _connect(url) as client:
         _register(client)
         worker = client.worker(
-            concurrency=4, prefetch=200, keep_finished=keep_finished, poll_interval=0.5
+            concurrency=4, prefetch=500, keep_finished=keep_finished, poll_interval=0.5
         )
         print("ready", flush=True)
         worker.run()
@@ -440,7 +444,8 @@ def format_report(result: dict[str, Any]) -> str:
             "",
             f"churn: {c['enqueued']} jobs in {c['seconds']:g} s ({c['rate']:,} jobs/s): "
             f"jobs table max dead tuples {c['max_dead']:,}, max size "
-            f"{c['max_bytes'] / 1e6:.1f} MB",
+            f"{c['max_bytes'] / 1e6:.1f} MB; at the end {c['final_dead']:,} dead, "
+            f"{c['final_bytes'] / 1e6:.1f} MB",
         ]
     lines += ["", "targets:"]
     for name, (value, target) in result["targets"].items():
