@@ -61,7 +61,7 @@ class Settings:
     latency_seconds: float = 10.0
     latency_rate: int = 1_000
     latency_linger_ms: float = 0.0
-    latency_commit_interval: float = 0.1
+    latency_commit_interval: float = 1.0
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -255,7 +255,8 @@ def _latency_process(
     """The latency phase's consumer: stamps each message's receive time against its send time.
 
     It commits every ``commit_interval`` seconds, as Kafka's auto-commit does (every 5 s there):
-    a commit per poll would put a durable write (a WAL flush) between every two polls."""
+    a commit is a durable write (a WAL flush) that blocks the poll loop for a millisecond or
+    more; at a commit per poll, or even every 100 ms, those pauses were the p99."""
     latencies: list[int] = []
     with postroom.connect(url, schema=SCHEMA, min_size=1, max_size=2) as client:
         with client.consumer("bench-latency", LATENCY_TOPIC) as consumer:
@@ -337,6 +338,10 @@ def run(url: str | None = None, settings: Settings | None = None) -> dict[str, A
             "platform": platform.platform(),
             "python": platform.python_version(),
             "psycopg": psycopg.__version__,
+            # Other work on the machine skews every figure: worth keeping next to them.
+            "loadavg_1m_at_start": round(os.getloadavg()[0], 2)
+            if hasattr(os, "getloadavg")
+            else None,
         },
         "server": _server_info(url),
         "settings": asdict(settings),
@@ -441,7 +446,8 @@ def format_report(result: dict[str, Any]) -> str:
         f" fsync={server['fsync']}), {result['machine']['cpus']} CPUs, "
         f"Python {result['machine']['python']}, psycopg {result['machine']['psycopg']}",
         f"{settings['messages']} messages of {settings['value_size']} bytes, "
-        f"{settings['partitions']} partitions",
+        f"{settings['partitions']} partitions; load average at start "
+        f"{result['machine']['loadavg_1m_at_start']}",
         "",
         f"{'phase':<44} {'messages':>9} {'seconds':>8} {'msg/s':>10} {'vs COPY':>8} "
         f"{'client CPU/msg':>15}",
