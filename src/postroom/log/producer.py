@@ -20,13 +20,17 @@ from .metadata import TopicCache, TopicMeta
 from .partitioner import partition_for_key
 from .records import HeaderValue, Published, Record, Value, make_record
 
+COPY_TYPES = ["int4", "int4", "int8", "bytea", "bytea", "jsonb"]
+"""Column types of ``copy_messages``: topic_id, partition, offset, key, value, headers."""
+
 
 class Appender:
     """Writes records to the log in the caller's transaction or a pooled one.
 
-    Records of one topic and partition go in one ``append_batch`` statement; partitions are
-    written in ascending (topic id, partition) order so concurrent writers cannot deadlock on the
-    counter rows. Unkeyed records without a partition share one sticky partition per call.
+    One ``reserve_offsets`` statement locks the counter rows of every partition written, in
+    ascending (topic id, partition) order so concurrent writers cannot deadlock, and reserves a
+    range on each; one binary COPY then writes the records at those offsets. Unkeyed records
+    without a partition share one sticky partition per call.
     """
 
     def __init__(self, db: Database, topics: TopicCache) -> None:
@@ -49,44 +53,45 @@ class Appender:
                 metas[record.topic] = self._topics.get(record.topic, conn if use_conn else None)
         groups = self._group(records, metas)
         order = sorted(groups)  # ascending (topic id, partition): the counter row lock order
-        with conn.pipeline():
-            cursors = []
-            for topic_id, partition in order:
-                indexes = groups[(topic_id, partition)]
-                batch = records if len(order) == 1 else [records[i] for i in indexes]
-                keys = [r.key for r in batch]
-                headers = [r.headers for r in batch]
-                params = {
-                    "topic_id": topic_id,
-                    "partition": partition,
-                    "values": [r.value for r in batch],
-                    "keys": keys if any(k is not None for k in keys) else None,
-                    "headers": (
-                        [None if h is None else Jsonb(h) for h in headers]
-                        if any(h is not None for h in headers)
-                        else None
-                    ),
-                }
-                cursors.append(conn.execute(self._db.q("append_batch"), params))
-            conn.execute(
-                self._db.q("notify_topics"), {"topic_ids": sorted({m.id for m in metas.values()})}
-            )
-            firsts = []
-            for (topic_id, _), cur in zip(order, cursors, strict=True):
-                row = cur.fetchone()
-                if row is None:
-                    # The counter row is gone: the topic was deleted (maybe recreated) meanwhile.
-                    for meta in metas.values():
-                        self._topics.forget(meta.name)
-                    names = [m.name for m in metas.values() if m.id == topic_id]
-                    raise TopicNotFound(f"topic {names[0]!r} was deleted while publishing")
-                firsts.append(row[0])
+        cur = conn.execute(
+            self._db.q("reserve_offsets"),
+            {
+                "topic_ids": [topic_id for topic_id, _ in order],
+                "partitions": [partition for _, partition in order],
+                "counts": [len(groups[group]) for group in order],
+            },
+        )
+        firsts = {(row[0], row[1]): row[2] for row in cur.fetchall()}
+        missing = [group for group in order if group not in firsts]
+        if missing:
+            # The counter row is gone: the topic was deleted (maybe recreated) meanwhile.
+            for meta in metas.values():
+                self._topics.forget(meta.name)
+            names = [m.name for m in metas.values() if m.id == missing[0][0]]
+            raise TopicNotFound(f"topic {names[0]!r} was deleted while publishing")
+        with conn.cursor().copy(self._db.q("copy_messages")) as copy:
+            copy.set_types(COPY_TYPES)
+            for group in order:
+                topic_id, partition = group
+                for offset, index in enumerate(groups[group], firsts[group]):
+                    record = records[index]
+                    headers = record.headers
+                    copy.write_row(
+                        (
+                            topic_id,
+                            partition,
+                            offset,
+                            record.key,
+                            record.value,
+                            None if headers is None else Jsonb(headers),
+                        )
+                    )
         if len(order) == 1:
-            partition, first = order[0][1], firsts[0]
+            partition, first = order[0][1], firsts[order[0]]
             return [Published(partition, offset) for offset in range(first, first + len(records))]
         results: list[Published] = [None] * len(records)  # type: ignore[list-item]
-        for group, first in zip(order, firsts, strict=True):
-            for offset, index in enumerate(groups[group], first):
+        for group in order:
+            for offset, index in enumerate(groups[group], firsts[group]):
                 results[index] = Published(group[1], offset)
         return results
 
