@@ -49,16 +49,22 @@ SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
 SELECT id, queue, kind, args, attempts, max_attempts
 FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval);
 
+-- Write-backs take parallel arrays (ids, attempts, ...) and find their rows by primary key
+-- alone (id = ANY), reading each row's own entries with array_position: no join, so no plan
+-- can rescan the running jobs for every id (a join on unnest() once got a nested loop over the
+-- running index, quadratic: it stalled a worker for minutes with 80,000 jobs running). The
+-- fence is `lease_expires_at IS NOT NULL` (the same as state = 'running', by the table's
+-- CHECK, but not a condition the running index could serve), worker and attempt.
+
 -- name: complete_jobs_archived
 -- Finishes successful jobs: deletes them from the hot table and inserts them into finished_jobs
 -- with their results (row locks on the deleted rows). Fenced by worker and attempt.
 WITH finished AS (
     DELETE FROM {schema}.jobs j
-    USING unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::jsonb[])
-          AS c(id, attempt, result)
-    WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s
-      AND j.state = 'running'
-    RETURNING j.*, c.result
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
+      AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL
+    RETURNING j.*, (%(results)s::jsonb[])[array_position(%(ids)s::bigint[], j.id)] AS result
 )
 INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
                                     max_attempts, state, worker, last_error, unique_key, result,
@@ -70,8 +76,9 @@ FROM finished;
 -- name: complete_jobs_deleted
 -- Finishes successful jobs without keeping them: deletes them (row locks on the deleted rows).
 DELETE FROM {schema}.jobs j
-USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS c(id, attempt)
-WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running';
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
+  AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
 
 -- name: fail_jobs
 -- Records failed attempts (row locks): back to ready after the retry delay, or to failed (the
@@ -80,10 +87,16 @@ UPDATE {schema}.jobs j
 SET state = CASE WHEN c.final OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
     run_at = clock_timestamp() + make_interval(secs => c.delay),
     last_error = c.error, lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(errors)s::text[],
-            %(delays)s::float8[], %(finals)s::boolean[])
-     AS c(id, attempt, error, delay, final)
-WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running';
+FROM (
+    SELECT j2.id, (%(errors)s::text[])[pos] AS error, (%(delays)s::float8[])[pos] AS delay,
+           (%(finals)s::boolean[])[pos] AS final
+    FROM {schema}.jobs j2,
+         LATERAL array_position(%(ids)s::bigint[], j2.id) AS pos
+    WHERE j2.id = ANY(%(ids)s::bigint[])
+      AND j2.attempts = (%(attempts)s::integer[])[pos]
+      AND j2.worker = %(worker)s AND j2.lease_expires_at IS NOT NULL
+) c
+WHERE j.id = c.id AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
 
 -- name: release_jobs
 -- Gives back claimed jobs unrun (row locks): ready again at once. Jobs that never started get
@@ -94,17 +107,23 @@ SET state = CASE WHEN c.started AND j.attempts >= j.max_attempts THEN 'failed' E
     attempts = CASE WHEN c.started THEN j.attempts ELSE j.attempts - 1 END,
     run_at = clock_timestamp(), lease_expires_at = NULL,
     last_error = CASE WHEN c.started THEN %(reason)s ELSE j.last_error END
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(started)s::boolean[])
-     AS c(id, attempt, started)
-WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running';
+FROM (
+    SELECT j2.id, (%(started)s::boolean[])[pos] AS started
+    FROM {schema}.jobs j2,
+         LATERAL array_position(%(ids)s::bigint[], j2.id) AS pos
+    WHERE j2.id = ANY(%(ids)s::bigint[])
+      AND j2.attempts = (%(attempts)s::integer[])[pos]
+      AND j2.worker = %(worker)s AND j2.lease_expires_at IS NOT NULL
+) c
+WHERE j.id = c.id AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
 
 -- name: finish_cancelled_jobs
 -- Moves running jobs whose cancellation took effect to finished_jobs as cancelled (row locks).
 WITH finished AS (
     DELETE FROM {schema}.jobs j
-    USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS c(id, attempt)
-    WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s
-      AND j.state = 'running'
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
+      AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL
     RETURNING j.*
 )
 INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
@@ -119,8 +138,9 @@ FROM finished;
 -- lease). Returns the jobs still held, with their cancellation flag; a missing id was rescued.
 UPDATE {schema}.jobs j
 SET lease_expires_at = clock_timestamp() + %(lease)s::interval
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS c(id, attempt)
-WHERE j.id = c.id AND j.attempts = c.attempt AND j.worker = %(worker)s AND j.state = 'running'
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
+  AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL
 RETURNING j.id, j.cancel_requested;
 
 -- name: rescue_expired_jobs

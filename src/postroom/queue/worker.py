@@ -189,6 +189,7 @@ class Worker:
         self._burst = False
         # Jobs this worker holds a lease on, until their outcome is written.
         self._held: dict[int, _Claimed] = {}
+        self._held_limit = 2 * (concurrency + prefetch)
         # Outcomes waiting for the completer, guarded by _done_cond.
         self._done_cond = Condition()
         self._outcomes: list[_Outcome] = []
@@ -337,6 +338,9 @@ class Worker:
                     if not self._claiming:
                         return
                     room = self._idle + self._prefetch - len(self._buffer)
+                    # Back-pressure: finished jobs still hold their lease until written back;
+                    # if the write-back falls behind, stop claiming rather than pile up leases.
+                    room = min(room, self._held_limit - len(self._held))
                     wanted = room > 0 and len(self._buffer) <= self._prefetch // 2
                     due = self._wake or time.monotonic() >= self._next_poll
                     if wanted and due:
@@ -462,10 +466,10 @@ class Worker:
                     self._done_cond.wait_timeout(0.5)
                 batch, self._outcomes = self._outcomes, []
             self._write_outcomes(batch)
-            if self._limited:
-                with self._cond:  # running counts fell: limited claims may go on
-                    self._wake = True
-                    self._fetch_cond.notify()
+            with self._cond:
+                if self._limited:
+                    self._wake = True  # running counts fell: limited claims may go on
+                self._fetch_cond.notify()  # leases released: room under the held limit
 
     def _write_outcomes(self, batch: list[_Outcome]) -> None:
         assert self._db is not None
