@@ -70,3 +70,28 @@ def test_grant_checks_its_input(client: postroom.Client) -> None:
     with pytest.raises(psycopg.errors.UndefinedObject):
         client.grant('x"; DROP SCHEMA postroom CASCADE; --', "producer")
     assert client.list_topics() == []
+
+
+def test_enqueuer_and_worker_roles(client: postroom.Client, role: str) -> None:
+    client.grant(role, "enqueuer")
+    with as_role(client, role) as app:
+
+        @app.job("note")
+        def note(n: int) -> int:
+            return n * 2
+
+        job = note.enqueue(n=21)
+        assert app.get_job(job.id).state == "ready"
+        # An enqueuer cannot claim: its worker's claims are refused and the job stays ready.
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with psycopg.connect(app.conninfo) as conn:
+                conn.execute("UPDATE postroom.jobs SET state = 'running'")
+    client.grant(role, "worker")
+    with as_role(client, role) as app:
+
+        @app.job("note")
+        def note_again(n: int) -> int:
+            return n * 2
+
+        app.worker(concurrency=1, poll_interval=0.05).run(burst=True, handle_signals=False)
+        assert app.job_handle(job.id).result(timeout=10) == 42

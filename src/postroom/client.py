@@ -55,6 +55,8 @@ GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
     "consumer": ("grant_consumer",),
     "admin": ("grant_admin",),
+    "enqueuer": ("grant_enqueuer",),
+    "worker": ("grant_worker",),
 }
 """The named grant statements (``_sql/grants.sql``) each capability needs."""
 
@@ -179,6 +181,7 @@ class Client:
     def grant(self, role: str, *capabilities: str) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume, keep group cursors),
+        ``"enqueuer"`` (enqueue jobs, read them and their results), ``"worker"`` (run jobs),
         ``"admin"`` (everything in the schema). Run it as the schema owner after ``migrate()``.
 
             client.grant("orders_service", "producer")

@@ -22,3 +22,17 @@ GRANT ALL ON SCHEMA {schema} TO {role};
 GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role};
 GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
+
+-- name: grant_enqueuer
+-- Enqueue jobs (in the caller's transaction), read them and wait for their results.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT ON {schema}.jobs TO {role};
+GRANT SELECT ON {schema}.finished_jobs, {schema}.all_jobs TO {role};
+
+-- name: grant_worker
+-- Run jobs: claim, heartbeat, write back, rescue, keep limits and cron schedules. Not VACUUM
+-- (owner only): a worker that may not vacuum leaves it to autovacuum.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.finished_jobs,
+    {schema}.job_limits, {schema}.job_schedules TO {role};
+GRANT SELECT ON {schema}.all_jobs TO {role};
