@@ -342,3 +342,8 @@ VACUUM (ANALYZE) {schema}.jobs;
 -- name: vacuum_finished_jobs
 -- Vacuums the finished jobs after purges (SHARE UPDATE EXCLUSIVE).
 VACUUM {schema}.finished_jobs;
+
+-- name: may_vacuum_jobs
+-- Whether this role owns the queue tables (VACUUM by anyone else is skipped with a warning).
+SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class
+WHERE oid = '{schema}.jobs'::regclass;

@@ -614,6 +614,16 @@ class AsyncWorker:
         advisory lock elects it) vacuums a table once its dead rows exceed 10,000 and a fifth
         of its live rows; VACUUM takes a lock that lets claims and writes go on."""
         assert self._db is not None and self._vacuum_interval is not None
+        try:
+            async with self._db.connection() as conn:
+                cur = await conn.execute(self._db.q("may_vacuum_jobs"))
+                row = await cur.fetchone()
+        except psycopg.Error as exc:
+            log.warning("cannot check who may vacuum the queue tables: %s", exc)
+            return
+        if not (row and row[0]):
+            log.info("this role does not own the queue tables: vacuum is left to autovacuum")
+            return
         while not self._closed and not self._vacuum_denied:
             await self._loops_stop.wait_timeout(
                 self._vacuum_interval * (0.8 + 0.4 * random.random())
