@@ -175,6 +175,7 @@ class AsyncProducer:
         self._records: list[Record] = []
         self._futures: list[AFuture[Published]] = []
         self._in_flight = 0
+        self._flushing = 0  # flush() calls waiting: the writer stops lingering for them
         self._closed = False
         self._worker: Any = None
 
@@ -206,11 +207,16 @@ class AsyncProducer:
         return future
 
     async def flush(self) -> None:
-        """Wait until every message sent so far is written (or failed)."""
+        """Write every message sent so far at once, without waiting for ``linger_ms``, and
+        wait until each is written (or failed)."""
         async with self._cond:
-            while self._records or self._in_flight:
-                self._cond.notify_all()
-                await self._cond.wait_timeout(0.1)
+            self._flushing += 1
+            try:
+                while self._records or self._in_flight:
+                    self._cond.notify_all()
+                    await self._cond.wait_timeout(0.1)
+            finally:
+                self._flushing -= 1
 
     async def close(self) -> None:
         """Flush, then stop the background writer. Idempotent."""
@@ -246,7 +252,7 @@ class AsyncProducer:
             if not self._records:
                 return None
             deadline = time.monotonic() + self._linger
-            while len(self._records) < self._batch_size and not self._closed:
+            while len(self._records) < self._batch_size and not self._closed and not self._flushing:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
