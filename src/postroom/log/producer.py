@@ -8,10 +8,12 @@ import itertools
 import random
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
+from psycopg.types.string import BytesBinaryDumper
 
 from .._compat import Condition, Future, Lock, gather, new_future, spawn
 from .._db import Database
@@ -69,12 +71,17 @@ class Appender:
                 self._topics.forget(meta.name)
             names = [m.name for m in metas.values() if m.id == missing[0][0]]
             raise TopicNotFound(f"topic {names[0]!r} was deleted while publishing")
-        with conn.cursor().copy(self._db.q("copy_messages")) as copy:
+        cursor = conn.cursor()
+        # By type oid, bytea would get psycopg's pure-Python dbapi20 dumper (registered last);
+        # registering the bytes dumper again on this cursor alone selects the C one.
+        cursor.adapters.register_dumper(bytes, BytesBinaryDumper)
+        with cursor.copy(self._db.q("copy_messages")) as copy:
             copy.set_types(COPY_TYPES)
             for group in order:
                 topic_id, partition = group
-                for offset, index in enumerate(groups[group], firsts[group]):
-                    record = records[index]
+                # One group holds every record, in input order: skip the indirection.
+                rows = records if len(order) == 1 else [records[i] for i in groups[group]]
+                for offset, record in enumerate(rows, firsts[group]):
                     headers = record.headers
                     copy.write_row(
                         (
@@ -97,8 +104,12 @@ class Appender:
 
     def _group(
         self, records: list[Record], metas: dict[str, TopicMeta]
-    ) -> dict[tuple[int, int], list[int]]:
+    ) -> Mapping[tuple[int, int], Sequence[int]]:
         """Indexes of ``records`` by (topic id, partition), in input order within each group."""
+        if len(metas) == 1 and all(r.key is None and r.partition is None for r in records):
+            # The bulk case: one topic, unkeyed, so one sticky partition for the whole call.
+            (meta,) = metas.values()
+            return {(meta.id, next(self._sticky) % meta.partitions): range(len(records))}
         sticky: dict[str, int] = {}
         groups: dict[tuple[int, int], list[int]] = defaultdict(list)
         for index, record in enumerate(records):
