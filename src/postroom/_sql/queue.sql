@@ -5,7 +5,7 @@
 -- name: enqueue_jobs
 -- Inserts a batch of jobs without unique keys (row locks on the new rows only). Returns the
 -- new ids in input order. Arguments arrive as JSON text: casting per row is cheaper than
--- sending a jsonb[] array. Arrays go in binary (%(...)b): psycopg's text array dumper quotes
+-- sending a jsonb[] array. Arrays go in binary format: psycopg's text array dumper quotes
 -- every element with a regex, which cost more than the rest of the client's work.
 INSERT INTO {schema}.jobs AS j (queue, kind, args, priority, run_at, max_attempts)
 SELECT b.queue, b.kind, b.args::jsonb, b.priority,
