@@ -50,6 +50,9 @@ from .queue.cron import parse_cron
 from .queue.jobs import Job, JobFunction, Jobs
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
 from .queue.worker import Worker
+from .relay.loop import Relay
+from .relay.routing import event_record
+from .relay.sinks import Sink
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
@@ -366,6 +369,40 @@ class Client:
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
         )
+
+    # -- outbox relay -----------------------------------------------------------------------
+    # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.
+
+    def publish_event(
+        self,
+        conn: object,
+        aggregate_type: str,
+        aggregate_id: str | int,
+        event_type: str,
+        payload: Value,
+        headers: Mapping[str, HeaderValue] | None = None,
+        *,
+        topic: str = "outbox",
+    ) -> Published:
+        """Write an outbox event in the caller's transaction (``conn``; None commits at once).
+
+        Key = ``aggregate_id`` (so one aggregate's events keep their order), value =
+        ``payload`` (JSON for dicts and lists), headers ``id`` (a new UUID), ``aggregatetype``,
+        ``aggregateid``, ``type``: the columns Debezium's outbox event router reads, so
+        ``Route("debezium")`` relays it exactly as Debezium would.
+
+            with conn.transaction():
+                conn.execute("INSERT INTO orders ...")
+                client.publish_event(conn, "order", 42, "OrderCreated", {"total": 10})
+        """
+        record = event_record(topic, aggregate_type, aggregate_id, event_type, payload, headers)
+        return (self._appender.append([record], conn))[0]
+
+    def relay(self, topics: str | Iterable[str], sink: Sink | str, **options: Any) -> Relay:
+        """A relay carrying ``topics`` to ``sink`` (a URL like ``redis://127.0.0.1:6379`` or a
+        :class:`postroom.relay.Sink`); see :class:`Relay` for the options (``group``,
+        ``route``, ``batch_size``, ``max_attempts``, ...). ``relay.run()`` runs it."""
+        return Relay(self, topics, sink, **options)
 
     # -- groups -----------------------------------------------------------------------------
 
