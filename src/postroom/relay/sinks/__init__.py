@@ -92,7 +92,9 @@ def parse_url(url: object) -> SplitResult:
         raise InvalidArgument(f"invalid sink URL {url!r}: a string like redis://127.0.0.1:6379")
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError on a bad port)
+        # Kafka takes several bootstrap servers: host:port,host:port. Check each port.
+        for server in parts.netloc.rsplit("@", 1)[-1].split(","):
+            urlsplit(f"//{server}").port  # noqa: B018 (raises ValueError on a bad port)
     except ValueError as exc:
         raise InvalidArgument(f"malformed sink URL {redact_url(url)!r}: {exc}") from None
     if parts.scheme not in SCHEMES:
