@@ -1,6 +1,7 @@
 # Generated from src/postroom/client_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""The entry point: ``connect()`` returns an :class:`Client` for one postroom schema."""
+"""The entry point: ``connect()`` (``connect_async()`` for asyncio) returns a client for one
+postroom schema."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from . import _sql
-from ._compat import IS_ASYNC, to_thread
+from ._acompat import to_thread
 from ._db import Database
 from .embedded import resolve_url
 from .errors import (
@@ -74,8 +75,8 @@ def connect(
     PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
     ``close()`` (or use ``with``) when done.
 
-        with postroom.connect() as client:
-            client.migrate()
+        with postroom.connect() as client:  # async with await postroom.connect_async()
+            client.migrate()  # await client.migrate()
     """
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidName(
@@ -344,7 +345,7 @@ class Client:
         return make_record(topic, item)
 
     def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> Producer:
-        """A batching, non-transactional producer; see :class:`Producer`."""
+        """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``."""
         return Producer(self._appender, linger_ms=linger_ms, batch_size=batch_size)
 
     # -- consuming --------------------------------------------------------------------------
@@ -357,7 +358,7 @@ class Client:
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
     ) -> Consumer:
-        """A member of consumer group ``group``; see :class:`Consumer`."""
+        """A member of consumer group ``group``; see ``Consumer``/``AsyncConsumer``."""
         return Consumer(
             self._db,
             self._topics,
@@ -478,9 +479,9 @@ class Client:
         """Register a job kind (default: the function's name) and its defaults.
 
             @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
-            def send_receipt(order_id: int) -> None: ...
+            def send_receipt(order_id: int) -> None: ...  # or async def, with AsyncClient
 
-            send_receipt.enqueue(order_id=42, conn=conn)
+            send_receipt.enqueue(order_id=42, conn=conn)  # await it with AsyncClient
 
         ``timeout`` (seconds) interrupts a run that takes longer; it counts as a failed
         attempt. ``backoff`` spaces the retries. ``max_concurrency`` and ``rate_limit`` (jobs
@@ -491,7 +492,7 @@ class Client:
             Callable[[Callable[..., Any]], JobFunction],
             self._queue.job_decorator(
                 kind,
-                allow_coroutines=IS_ASYNC,
+                allow_coroutines=False,
                 queue=queue,
                 priority=priority,
                 max_attempts=max_attempts,
@@ -571,7 +572,8 @@ class Client:
         **options: Any,
     ) -> Worker:
         """A worker for ``queues`` (default: the queues of the registered jobs); see
-        :class:`Worker` for the options. ``worker.run()`` runs it."""
+        ``Worker``/``AsyncWorker`` for the options. ``worker.run()`` (awaited with
+        ``AsyncClient``) runs it."""
         return Worker(
             self._queue,
             None if queues is None else list(queues),

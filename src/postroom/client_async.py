@@ -1,4 +1,5 @@
-"""The entry point: ``connect_async()`` returns an :class:`AsyncClient` for one postroom schema."""
+"""The entry point: ``connect()`` (``connect_async()`` for asyncio) returns a client for one
+postroom schema."""
 
 from __future__ import annotations
 
@@ -70,10 +71,10 @@ async def connect_async(
 ) -> AsyncClient:
     """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
     PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
-    ``close()`` (or use ``async with``) when done.
+    ``close()`` (or use ``with``) when done.
 
-        async with await postroom.connect_async() as client:
-            await client.migrate()
+        with postroom.connect() as client:  # async with await postroom.connect_async()
+            client.migrate()  # await client.migrate()
     """
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidName(
@@ -342,7 +343,7 @@ class AsyncClient:
         return make_record(topic, item)
 
     def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> AsyncProducer:
-        """A batching, non-transactional producer; see :class:`AsyncProducer`."""
+        """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``."""
         return AsyncProducer(self._appender, linger_ms=linger_ms, batch_size=batch_size)
 
     # -- consuming --------------------------------------------------------------------------
@@ -355,7 +356,7 @@ class AsyncClient:
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
     ) -> AsyncConsumer:
-        """A member of consumer group ``group``; see :class:`AsyncConsumer`."""
+        """A member of consumer group ``group``; see ``Consumer``/``AsyncConsumer``."""
         return AsyncConsumer(
             self._db,
             self._topics,
@@ -476,9 +477,9 @@ class AsyncClient:
         """Register a job kind (default: the function's name) and its defaults.
 
             @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
-            async def send_receipt(order_id: int) -> None: ...
+            def send_receipt(order_id: int) -> None: ...  # or async def, with AsyncClient
 
-            await send_receipt.enqueue(order_id=42, conn=conn)
+            send_receipt.enqueue(order_id=42, conn=conn)  # await it with AsyncClient
 
         ``timeout`` (seconds) interrupts a run that takes longer; it counts as a failed
         attempt. ``backoff`` spaces the retries. ``max_concurrency`` and ``rate_limit`` (jobs
@@ -514,7 +515,7 @@ class AsyncClient:
 
             @client.periodic("*/5 * * * *")
             @client.job("refresh_rates")
-            async def refresh_rates() -> None: ...
+            def refresh_rates() -> None: ...
         """
         parse_cron(cron)  # fail at import time, not in the worker
 
@@ -569,7 +570,8 @@ class AsyncClient:
         **options: Any,
     ) -> AsyncWorker:
         """A worker for ``queues`` (default: the queues of the registered jobs); see
-        :class:`AsyncWorker` for the options. ``await worker.run()`` runs it."""
+        ``Worker``/``AsyncWorker`` for the options. ``worker.run()`` (awaited with
+        ``AsyncClient``) runs it."""
         return AsyncWorker(
             self._queue,
             None if queues is None else list(queues),
@@ -645,4 +647,4 @@ class AsyncClient:
         await self._queue.set_limit("queue", queue, max_concurrency, rate_limit, burst)
 
 
-__all__ = ["AsyncClient", "connect_async"]
+__all__ = ["AsyncClient", "connect_async"]  # sync: __all__ = ["Client", "connect"]
