@@ -96,6 +96,10 @@ class DatabaseUnavailable(PostroomError):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
 
 
+class RoleNotFound(NotFound):
+    """``grant()`` named a database role that does not exist."""
+
+
 class MissingExtra(PostroomError, ImportError):
     """An optional client library is not installed: the message names the extra to install."""
 

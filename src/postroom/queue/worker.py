@@ -33,14 +33,14 @@ from typing import Any, Literal
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from .._compat import (
+from .._acompat import (
     Condition,
     Event,
     JobCall,
-    JobThreads,
     Lock,
+    SyncJobThreads,
     gather,
-    install_stop_handler,
+    install_sync_stop_handler,
     join_all,
     sleep,
     spawn,
@@ -89,7 +89,7 @@ class Worker:
     """Runs the registered jobs of ``queues`` until stopped.
 
         worker = client.worker(queues=["email"], concurrency=8)
-        worker.run()       # until SIGTERM/SIGINT or worker.stop()
+        await worker.run()       # until SIGTERM/SIGINT or worker.stop()
 
     ``run()`` stops on SIGTERM or SIGINT (when called in the main thread): it stops claiming,
     gives back claimed jobs that have not started, lets running jobs finish for up to
@@ -197,7 +197,7 @@ class Worker:
         self._closed = False
         self._heartbeat_now = Event()
         self._loops_stop = Event()
-        self._threads: JobThreads | None = None
+        self._threads: SyncJobThreads | None = None
         self._stop_requests = 0
         self._started = False
         self.processed = 0
@@ -239,8 +239,8 @@ class Worker:
         )
         pool.open(wait=True)
         self._db = Database(pool, self._jobs.db.conninfo, self._jobs.db.schema)
-        restore = install_stop_handler(self.stop) if handle_signals else None
-        self._threads = JobThreads(self.concurrency)
+        restore = install_sync_stop_handler(self.stop) if handle_signals else None
+        self._threads = SyncJobThreads(self.concurrency)
         background = []
         try:
             self._register()
