@@ -34,6 +34,7 @@ from .queue.jobs_async import AsyncJob, AsyncJobFunction
 from .queue.records import JobInfo, JobStats, QueueCount
 from .queue.worker import Worker
 from .queue.worker_async import AsyncWorker
+from .relay import AsyncRelay, Relay, RelayStatus, Route
 
 __all__ = [
     "AsyncBatch",
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncJob",
     "AsyncJobFunction",
     "AsyncProducer",
+    "AsyncRelay",
     "AsyncWorker",
     "Backoff",
     "Batch",
@@ -58,6 +60,9 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Relay",
+    "RelayStatus",
+    "Route",
     "TopicInfo",
     "TopicPartition",
     "Worker",

@@ -32,8 +32,10 @@ from .queue.jobs_async import AsyncJob, AsyncJobFunction, AsyncJobs
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
 from .queue.worker_async import AsyncWorker
 from .relay.loop import AsyncRelay
+from .relay.records import RelayStatus
 from .relay.routing import event_record
 from .relay.sinks import Sink
+from .relay.status_async import relay_status as _relay_status
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -239,9 +241,9 @@ class AsyncClient:
         ``aggregateid``, ``type``: the columns Debezium's outbox event router reads, so
         ``Route("debezium")`` relays it exactly as Debezium would.
 
-            with conn.transaction():
-                conn.execute("INSERT INTO orders ...")
-                client.publish_event(conn, "order", 42, "OrderCreated", {"total": 10})
+            async with conn.transaction():
+                await conn.execute("INSERT INTO orders ...")
+                await client.publish_event(conn, "order", 42, "OrderCreated", {"total": 10})
         """
         record = event_record(topic, aggregate_type, aggregate_id, event_type, payload, headers)
         return (await self._appender.append([record], conn))[0]
@@ -249,8 +251,13 @@ class AsyncClient:
     def relay(self, topics: str | Iterable[str], sink: Sink | str, **options: Any) -> AsyncRelay:
         """A relay carrying ``topics`` to ``sink`` (a URL like ``redis://127.0.0.1:6379`` or a
         :class:`postroom.relay.Sink`); see :class:`AsyncRelay` for the options (``group``,
-        ``route``, ``batch_size``, ``max_attempts``, ...). ``await relay.run()`` runs it."""
+        ``route``, ``batch_size``, ``max_attempts``, ...). ``relay.run()`` runs it."""
         return AsyncRelay(self, topics, sink, **options)
+
+    async def relay_status(self, groups: Iterable[str] | None = None) -> list[RelayStatus]:
+        """Per relay (its group; default: every group named ``relay.*``): messages pending and
+        the age of the oldest pending one, as :class:`RelayStatus`."""
+        return await _relay_status(self, groups)
 
     # -- groups -----------------------------------------------------------------------------
 

@@ -116,3 +116,13 @@ def check_delivery(
 def decode(value: bytes | str) -> dict[str, int]:
     result: dict[str, int] = json.loads(value)
     return result
+
+
+def group_lag(client: postroom.Client, group: str) -> int | None:
+    """The group's total lag, None while it has not committed yet."""
+    from postroom.errors import GroupNotFound
+
+    try:
+        return client.describe_group(group).lag
+    except GroupNotFound:
+        return None

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from postroom.errors import PostroomError
 
-from . import bench, consume, demo, embedded, groups, init, jobs, produce, topics
+from . import bench, consume, demo, embedded, groups, init, jobs, produce, relay, topics
 from .common import Settings, fail
 
 
@@ -107,6 +107,7 @@ app.command("demo")(demo.demo)
 app.add_typer(bench.app, name="bench")
 app.add_typer(jobs.app, name="job")
 app.command("worker")(jobs.worker)
+app.command("relay")(relay.relay)
 
 
 def main() -> None:

@@ -6,7 +6,17 @@ client API and the log's records only.
 """
 
 from .loop import AsyncRelay, Relay, RelayCounters
+from .records import RelayStatus
 from .routing import Outbound, Route
 from .sinks import Sink, open_sink
 
-__all__ = ["AsyncRelay", "Outbound", "Relay", "RelayCounters", "Route", "Sink", "open_sink"]
+__all__ = [
+    "AsyncRelay",
+    "Outbound",
+    "Relay",
+    "RelayCounters",
+    "RelayStatus",
+    "Route",
+    "Sink",
+    "open_sink",
+]

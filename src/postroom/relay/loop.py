@@ -319,6 +319,12 @@ class Relay:
     def counters(self) -> RelayCounters:
         return self._relay.counters if self._relay is not None else RelayCounters()
 
+    @property
+    def sink_description(self) -> str:
+        """The sink's URL without its password."""
+        sink = self._sink
+        return sink.description if isinstance(sink, Sink) else "<sink>"
+
     def run(self) -> None:
         asyncio.run(self._main())
 
