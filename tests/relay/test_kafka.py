@@ -104,3 +104,25 @@ def test_a_missing_kafka_topic_is_retried_until_created(
         wait_until(lambda: relay.counters.delivered == 1)
     [msg] = read_all(broker, topic, 1)
     assert msg.key() == b"k"
+
+
+def test_debezium_profile_gives_the_routers_record_in_kafka(
+    client: postroom.Client, broker: str
+) -> None:
+    from postroom import Route
+
+    aggregate_type = unique("Order")
+    kafka_topic = f"outbox.event.{aggregate_type}"
+    create_topic(broker, kafka_topic, 3)
+    client.create_topic("outbox", partitions=2)
+    payloads = [{"orderId": 1, "n": n} for n in range(5)]
+    for payload in payloads:
+        client.publish_event(None, aggregate_type, 1, "OrderCreated", payload)
+    with running_relay(client, "outbox", f"kafka://{broker}", route=Route("debezium")):
+        received = read_all(broker, kafka_topic, 5)
+    assert [decode(m.value()) for m in received] == payloads  # same key: one partition, in order
+    for msg in received:
+        assert msg.key() == b"1"
+        [(name, value)] = msg.headers()
+        assert name == "id" and len(value) == 36
+        assert msg.partition() == partition_for_key(b"1", 3)
