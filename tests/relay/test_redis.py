@@ -91,3 +91,39 @@ def test_a_missing_client_library_names_the_extra(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "redis", None)
     with pytest.raises(MissingExtra, match=r"pip install 'postroom\[redis\]'"):
         open_sink(URL)
+
+
+@pytest.mark.slow
+def test_a_paused_redis_delays_but_loses_and_reorders_nothing(
+    client: postroom.Client, dsn: str, stream_prefix: str
+) -> None:
+    from postroom import Backoff
+
+    client.create_topic("orders", partitions=3)
+    committed = publish_keyed(client, dsn, "orders", 3000, keys=13, rollback_every=5)
+    stream = stream_prefix + "orders"
+    r = redis.Redis.from_url(URL)
+    url = f"{URL}?prefix={stream_prefix}&timeout=0.3"
+    fast = Backoff(base=0.05, max_delay=0.3)
+    try:
+        with running_relay(client, "orders", url, batch_size=100, backoff=fast) as relay:
+            wait_until(lambda: r.xlen(stream) >= 300, interval=0.005)
+            r.execute_command("CLIENT", "PAUSE", "2000", "WRITE")  # the sink "stops" for 2 s
+            wait_until(lambda: relay.counters.sink_failures >= 1)
+            wait_until(lambda: client.describe_group("relay.redis").lag == 0, timeout=60)
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+        r.close()
+    check_delivery(read_stream(stream), committed)
+
+
+def test_an_unreachable_redis_at_start_is_retried(client: postroom.Client) -> None:
+    from postroom import Backoff
+
+    client.create_topic("t")
+    client.publish("t", "x")
+    fast = Backoff(base=0.01, max_delay=0.1)
+    with running_relay(client, "t", "redis://127.0.0.1:1/0?timeout=0.5", backoff=fast) as relay:
+        wait_until(lambda: relay.counters.last_error and "attempt 3" in relay.counters.last_error)
+        assert "sink unreachable" in str(relay.counters.last_error)
+    assert relay.counters.delivered == 0

@@ -14,7 +14,7 @@ import signal
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
@@ -310,10 +310,12 @@ class Relay:
         self._relay: AsyncRelay | None = None
         self._stop_requested = threading.Event()
         if isinstance(sink, str):
-            # Fail now, in the caller's thread, on a bad URL or a missing extra.
             relay_options = {k: options.pop(k) for k in RELAY_OPTIONS if k in options}
             self._sink = open_sink(sink, **options)
             self._options = relay_options
+        # Fail now, in the caller's thread, on a bad option, URL or missing extra: the relay
+        # that runs is built again in run(), on its own event loop and client.
+        AsyncRelay(cast(Any, None), topics, self._sink, **self._options)
 
     @property
     def counters(self) -> RelayCounters:
