@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -140,11 +141,12 @@ def test_configuration_errors(client: postroom.Client) -> None:
     with pytest.raises(TopicNotFound, match="cannot relay unknown topic 'nope'"):
         with running_relay(client, ["t", "nope"], ScriptedSink()):
             pass
-    for options, match in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"batch_size": 0}, "batch_size"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"group": "bad group"}, "group name"),
         ({"dead_letter_topic": "bad topic"}, "dead-letter topic name"),
-    ]:
+    ]
+    for options, match in cases:
         with pytest.raises(InvalidArgument, match=match):
             client.relay("t", ScriptedSink(), **options)
