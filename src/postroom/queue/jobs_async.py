@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 
 from .._acompat import asleep
+from .._checks import check_int
 from .._db_async import AsyncDatabase
 from ..errors import (
     InvalidArgument,
@@ -22,34 +24,25 @@ from ..errors import (
     UniqueKeyTaken,
 )
 from .cron import Cron, parse_cron
+from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
     JobDefinition,
     JobInfo,
-    JobOptions,
     JobStats,
     QueueCount,
     check_kind,
     check_queue,
     check_seconds,
     check_state,
-    encode_args,
-    job_options,
     make_definition,
     notify_payload,
 )
+from .requests import JobOptions, JobRequest, encode_args, job_options, split_options
+from .serializer import Serializer, check_serializer
 
 ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    """One job to enqueue, checked and encoded (see ``enqueue_batch``)."""
-
-    kind: str
-    args_json: str
-    options: JobOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +61,9 @@ class Schedule:
 class AsyncJobs:
     """The queue operations on one postroom schema, and the jobs registered in this process."""
 
-    def __init__(self, db: AsyncDatabase) -> None:
+    def __init__(self, db: AsyncDatabase, serializer: Serializer | None = None) -> None:
         self.db = db
+        self.serializer = check_serializer(serializer)
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
@@ -123,12 +117,12 @@ class AsyncJobs:
         if schedule_name in self.schedules:
             raise InvalidArgument(f"periodic job {schedule_name!r} is already registered")
         bound = definition.bind_args((), args or {})
-        options = job_options(definition, queue=queue, priority=priority)
+        options = job_options(definition, {"queue": queue, "priority": priority})
         self.schedules[schedule_name] = Schedule(
             schedule_name,
             parsed,
             definition.kind,
-            encode_args(definition.kind, bound),
+            encode_args(definition.kind, bound, self.serializer),
             options.queue,
             options.priority,
             options.max_attempts,
@@ -136,53 +130,67 @@ class AsyncJobs:
 
     # -- enqueueing -----------------------------------------------------------------------
 
-    def request(self, kind: str, args: Mapping[str, Any] | None, **options: Any) -> JobRequest:
+    def request(
+        self, kind: str, args: Mapping[str, Any] | None, options: EnqueueOptions
+    ) -> JobRequest:
+        """A checked request: ``args`` fit the registered function (if any), ``options`` are
+        checked against its defaults."""
         definition = self.definitions.get(kind)
+        if args is not None and not isinstance(args, Mapping):
+            raise InvalidType(
+                f"args of job {kind!r} must be a mapping of argument names to values, "
+                f"got {type(args).__name__}"
+            )
         if definition is not None and args:
             definition.bind_args((), args)
         if any(value is not None for value in options.values()):
-            checked = job_options(definition, **options)
+            checked = job_options(definition, options)
             check_kind(kind)
         else:
             # Batches repeat a few kinds with default options: check those once per kind.
             cached = self._default_options.get(kind)
             if cached is None:
                 check_kind(kind)
-                cached = self._default_options[kind] = job_options(definition)
+                cached = self._default_options[kind] = job_options(definition, {})
             checked = cached
-        return JobRequest(kind, encode_args(kind, {} if args is None else args), checked)
+        return JobRequest(
+            kind, encode_args(kind, {} if args is None else args, self.serializer), checked
+        )
+
+    def prepare(
+        self, definition: JobDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> JobRequest:
+        """``func.prepare(*args, **kwargs)``: the job's arguments and enqueue options mixed."""
+        job_kwargs, options = split_options(kwargs)
+        bound = definition.bind_args(args, job_kwargs)
+        return JobRequest(
+            definition.kind,
+            encode_args(definition.kind, bound, self.serializer),
+            job_options(definition, options),
+        )
 
     def request_from(self, item: object) -> JobRequest:
-        """A batch item: a ``JobRequest`` (``func.prepare(...)``) or a mapping with ``kind``,
-        ``args`` and any enqueue options."""
+        """A batch item: a ``JobRequest`` (``func.prepare(...)``, from any client) or a mapping
+        with ``kind``, ``args`` and any enqueue options."""
         if isinstance(item, JobRequest):
             return item
         if isinstance(item, Mapping) and "kind" in item:
             fields = dict(item)
-            extra = set(fields) - {
-                "kind",
-                "args",
-                "queue",
-                "priority",
-                "run_at",
-                "delay",
-                "max_attempts",
-                "unique_key",
-            }
-            if extra:
-                raise InvalidArgument(
-                    f"unknown job fields {sorted(extra)}: use kind, args, queue, priority, "
-                    "run_at, delay, max_attempts, unique_key"
-                )
             kind = fields.pop("kind")
             args = fields.pop("args", None)
-            return self.request(kind, args, **fields)
+            extra = set(fields) - ENQUEUE_OPTION_NAMES
+            if extra:
+                raise InvalidArgument(
+                    f"unknown job fields {sorted(extra)}: use kind, args, "
+                    f"{', '.join(sorted(ENQUEUE_OPTION_NAMES))}"
+                )
+            return self.request(kind, args, fields)  # type: ignore[arg-type]
         raise InvalidType(
             f"invalid batch item {item!r}: pass func.prepare(...) or a dict with kind and args"
         )
 
     async def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
-        """Insert the jobs in one transaction (the caller's with ``conn``)."""
+        """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
         if not requests:
             return []
         results: list[Enqueued] = []
@@ -195,10 +203,50 @@ class AsyncJobs:
                     self.db.q("notify_queues"),
                     {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
                 )
-                for start in range(0, len(requests), ENQUEUE_CHUNK):
-                    chunk = requests[start : start + ENQUEUE_CHUNK]
-                    results.extend(await self._insert(db_conn, chunk))
+                for chunk in _chunks(requests):
+                    if chunk[0].options.is_workflow:
+                        results.append(await self._insert_workflow(db_conn, chunk[0]))
+                    else:
+                        results.extend(await self._insert(db_conn, chunk))
         return [AsyncJob(self, e.id, e.created) for e in results]
+
+    async def enqueue_group(
+        self, requests: list[JobRequest], then: JobRequest | None, conn: object
+    ) -> tuple[list[AsyncJob], AsyncJob | None]:
+        """The group's jobs, then ``then`` depending on all of them, in one transaction."""
+        async with self.db.connection(conn) as db_conn:
+            members = await self.enqueue(requests, db_conn)
+            if then is None:
+                return members, None
+            parents = tuple(sorted({*then.options.after, *(job.id for job in members)}))
+            callback = JobRequest(
+                then.kind, then.args_json, dataclasses.replace(then.options, after=parents)
+            )
+            return members, (await self.enqueue([callback], db_conn))[0]
+
+    async def _insert_workflow(
+        self, conn: psycopg.AsyncConnection[Any], request: JobRequest
+    ) -> Enqueued:
+        options = request.options
+        cur = await conn.execute(
+            self.db.q("enqueue_workflow_job"),
+            {
+                "kind": request.kind,
+                "args": request.args_json,
+                "queue": options.queue,
+                "priority": options.priority,
+                "run_at": options.run_at,
+                "delay": options.delay,
+                "max_attempts": options.max_attempts,
+                "unique_key": options.unique_key,
+                "after": list(options.after),
+                "sequence": options.sequence,
+                "on_parent_failure": options.on_parent_failure,
+            },
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return Enqueued(row[0], row[1])
 
     async def _insert(
         self, conn: psycopg.AsyncConnection[Any], chunk: list[JobRequest]
@@ -256,9 +304,11 @@ class AsyncJobs:
         async with self.db.connection() as conn:
             cur = await conn.execute(self.db.q("get_job"), {"id": _check_id(job_id)})
             row = await cur.fetchone()
-        if row is None:
-            raise JobNotFound(f"job {job_id} not found (never enqueued, not kept, or purged)")
-        return JobInfo(*row)
+            if row is None:
+                raise JobNotFound(f"job {job_id} not found (never enqueued, not kept, or purged)")
+            cur = await conn.execute(self.db.q("job_parents"), {"id": job_id})
+            parents = tuple(parent for (parent,) in await cur.fetchall())
+        return dataclasses.replace(JobInfo(*row), waiting_for=parents)
 
     async def list_jobs(
         self,
@@ -357,7 +407,23 @@ class AsyncJobs:
             )
             cur = await conn.execute(self.db.q("job_throughput"), {"seconds": window})
             done = {q: n / window for q, n in await cur.fetchall()}
-        return JobStats(counts, done)
+            cur = await conn.execute(self.db.q("paused_queues"))
+            paused = tuple(q for q, _ in await cur.fetchall())
+        return JobStats(counts, done, paused)
+
+    async def pause(self, queue: str) -> bool:
+        """Pause ``queue``; False if it was paused already (see ``Client.pause_queue``)."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("pause_queue"), {"queue": check_queue(queue)})
+            row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def resume(self, queue: str) -> bool:
+        """Resume ``queue``; False if it was not paused."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("resume_queue"), {"queue": check_queue(queue)})
+            row = await cur.fetchone()
+        return bool(row and row[0])
 
     async def set_limit(
         self,
@@ -368,12 +434,8 @@ class AsyncJobs:
         burst: float | None,
     ) -> None:
         check_kind(name) if scope == "kind" else check_queue(name)
-        if max_concurrency is not None and (
-            not isinstance(max_concurrency, int)
-            or isinstance(max_concurrency, bool)
-            or max_concurrency < 1
-        ):
-            raise InvalidArgument(f"invalid max_concurrency {max_concurrency!r}: an integer >= 1")
+        if max_concurrency is not None:
+            check_int("max_concurrency", max_concurrency, 1)
         if rate_limit is not None:
             rate_limit = check_seconds("rate_limit", rate_limit, allow_zero=False)
         if burst is not None:
@@ -452,64 +514,24 @@ class AsyncJobFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.definition.func(*args, **kwargs)
 
-    def prepare(
-        self,
-        *args: Any,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        **kwargs: Any,
-    ) -> JobRequest:
-        """A checked job for ``client.enqueue_batch``: same arguments as ``enqueue``."""
-        bound = self.definition.bind_args(args, kwargs)
-        return JobRequest(
-            self.definition.kind,
-            encode_args(self.definition.kind, bound),
-            job_options(
-                self.definition,
-                queue=queue,
-                priority=priority,
-                run_at=run_at,
-                delay=delay,
-                max_attempts=max_attempts,
-                unique_key=unique_key,
-            ),
-        )
+    def prepare(self, *args: Any, **kwargs: Any) -> JobRequest:
+        """A checked job for ``client.enqueue_batch`` (of any client, sync or async): the
+        same arguments as ``enqueue``."""
+        return self._jobs.prepare(self.definition, args, kwargs)
 
-    async def enqueue(
-        self,
-        *args: Any,
-        conn: object = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        **kwargs: Any,
-    ) -> AsyncJob:
+    async def enqueue(self, *args: Any, conn: object = None, **kwargs: Any) -> AsyncJob:
         """Store one job; a worker runs it after the transaction commits.
 
-        With ``conn`` (your psycopg connection, or a SQLAlchemy/Django one wrapping it) the job
-        is inserted in your transaction: it runs only if you commit. ``run_at`` (aware
-        datetime) or ``delay`` (seconds or timedelta) schedule it later; ``priority`` (lower
-        first), ``queue`` and ``max_attempts`` override the registration. With ``unique_key``,
-        if a ready or running job holds the key, nothing is inserted and that job is returned
-        (``job.created`` is False).
+        ``args`` and ``kwargs`` are the function's arguments, plus the enqueue options
+        (:class:`postroom.EnqueueOptions`: ``queue``, ``priority``, ``run_at``, ``delay``,
+        ``max_attempts``, ``unique_key``, ``after``, ``sequence``, ``on_parent_failure``),
+        which override the registration. With ``conn`` (your psycopg connection, or a
+        SQLAlchemy/Django one wrapping it) the job is inserted in your transaction: it runs
+        only if you commit. With ``unique_key``, if a ready or running job holds the key,
+        nothing is inserted and that job is returned (``job.created`` is False). With
+        ``after=[job_a, job_b]`` it runs only once both succeeded.
         """
-        request = self.prepare(
-            *args,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            unique_key=unique_key,
-            queue=queue,
-            max_attempts=max_attempts,
-            **kwargs,
-        )
+        request = self._jobs.prepare(self.definition, args, kwargs)
         return (await self._jobs.enqueue([request], conn))[0]
 
 
@@ -542,12 +564,27 @@ class AsyncJob:
 
 
 def _check_id(job_id: object) -> int:
-    if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id < 1:
-        raise InvalidArgument(f"invalid job id {job_id!r}: a positive integer")
-    return job_id
+    return check_int("job id", job_id, 1)
 
 
 def _check_limit(limit: object) -> int:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1_000_000:
-        raise InvalidArgument(f"invalid limit {limit!r}: an integer from 1 to 1000000")
-    return limit
+    return check_int("limit", limit, 1, 1_000_000)
+
+
+def _chunks(requests: list[JobRequest]) -> Iterable[list[JobRequest]]:
+    """Runs of plain requests (at most ENQUEUE_CHUNK each) and single workflow requests, in
+    order: a workflow job may depend on the jobs before it."""
+    run: list[JobRequest] = []
+    for request in requests:
+        if request.options.is_workflow:
+            if run:
+                yield run
+                run = []
+            yield [request]
+        else:
+            run.append(request)
+            if len(run) == ENQUEUE_CHUNK:
+                yield run
+                run = []
+    if run:
+        yield run
