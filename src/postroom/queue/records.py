@@ -14,7 +14,7 @@ from .._checks import check_int, check_text
 from ..errors import InvalidArgument, InvalidName, InvalidType
 from .backoff import Backoff
 from .options import ENQUEUE_OPTION_NAMES
-from .serializer import DEFAULT_SERIALIZER
+from .serializer import DEFAULT_SERIALIZER, Serializer
 
 QUEUE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 KIND_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}")
@@ -117,12 +117,12 @@ def check_run_at(run_at: object, delay: object) -> tuple[datetime | None, float 
     return None, None
 
 
-def encode_result(result: object) -> str | None:
+def encode_result(result: object, serializer: Serializer = DEFAULT_SERIALIZER) -> str | None:
     """A job's return value as JSON text (None stays SQL NULL); raises TypeError/ValueError.
     Datetimes, dates, UUIDs and Decimals are tagged as ``serializer`` documents."""
     if result is None:
         return None
-    return DEFAULT_SERIALIZER.dumps(result)
+    return serializer.dumps(result)
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,10 +173,3 @@ def _check_storable(kind: str, args: Mapping[str, Any]) -> None:
     for name, value in args.items():
         check_text(f"argument name of job {kind!r}", name)
         walk(name, value)
-
-
-def encode_result(result: object, serializer: Serializer = DEFAULT_SERIALIZER) -> str | None:
-    """A job's return value as JSON text (None stays SQL NULL); raises TypeError/ValueError."""
-    if result is None:
-        return None
-    return serializer.dumps(result)

@@ -49,7 +49,13 @@ from .._db import Database
 from ..errors import InvalidArgument, JobInterrupted
 from .backoff import Backoff
 from .jobs import Jobs
-from .records import check_queues, check_seconds, encode_result, notify_payload
+from .records import (
+    JobDefinition,
+    check_queues,
+    check_seconds,
+    encode_result,
+    notify_payload,
+)
 
 log = logging.getLogger("postroom.worker")
 
@@ -406,20 +412,26 @@ class Worker:
                 Backoff(),
             )
         else:
-            job.call = JobCall(definition.func, job.args, definition.timeout, self._threads)
-            try:
-                value = job.call.run()
-            except JobInterrupted as exc:
-                outcome = self._interrupted(job, exc, definition.backoff)
-            except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
-                outcome = self._failure(job, _format_error(exc), definition.backoff)
-            else:
-                outcome = self._success(job, value)
+            outcome = self._call(job, definition)
         self._report(outcome)
+
+    def _call(self, job: _Claimed, definition: JobDefinition) -> _Outcome:
+        try:
+            args = self._jobs.serializer.decode(job.args)
+        except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
+            return self._failure(job, f"cannot decode args: {_format_error(exc)}", Backoff())
+        job.call = JobCall(definition.func, args, definition.timeout, self._threads)
+        try:
+            value = job.call.run()
+        except JobInterrupted as exc:
+            return self._interrupted(job, exc, definition.backoff)
+        except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
+            return self._failure(job, _format_error(exc), definition.backoff)
+        return self._success(job, value)
 
     def _success(self, job: _Claimed, value: Any) -> _Outcome:
         try:
-            return _Outcome(job, "done", result=encode_result(value))
+            return _Outcome(job, "done", result=encode_result(value, self._jobs.serializer))
         except (TypeError, ValueError) as exc:
             # The job ran; running it again would repeat its effects. Fail it for a person to
             # look at instead.

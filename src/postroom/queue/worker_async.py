@@ -47,7 +47,13 @@ from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, JobInterrupted
 from .backoff import Backoff
 from .jobs_async import AsyncJobs
-from .records import check_queues, check_seconds, encode_result, notify_payload
+from .records import (
+    JobDefinition,
+    check_queues,
+    check_seconds,
+    encode_result,
+    notify_payload,
+)
 
 log = logging.getLogger("postroom.worker")
 
@@ -404,20 +410,26 @@ class AsyncWorker:
                 Backoff(),
             )
         else:
-            job.call = AJobCall(definition.func, job.args, definition.timeout, self._threads)
-            try:
-                value = await job.call.run()
-            except JobInterrupted as exc:
-                outcome = self._interrupted(job, exc, definition.backoff)
-            except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
-                outcome = self._failure(job, _format_error(exc), definition.backoff)
-            else:
-                outcome = self._success(job, value)
+            outcome = await self._call(job, definition)
         await self._report(outcome)
+
+    async def _call(self, job: _Claimed, definition: JobDefinition) -> _Outcome:
+        try:
+            args = self._jobs.serializer.decode(job.args)
+        except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
+            return self._failure(job, f"cannot decode args: {_format_error(exc)}", Backoff())
+        job.call = AJobCall(definition.func, args, definition.timeout, self._threads)
+        try:
+            value = await job.call.run()
+        except JobInterrupted as exc:
+            return self._interrupted(job, exc, definition.backoff)
+        except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
+            return self._failure(job, _format_error(exc), definition.backoff)
+        return self._success(job, value)
 
     def _success(self, job: _Claimed, value: Any) -> _Outcome:
         try:
-            return _Outcome(job, "done", result=encode_result(value))
+            return _Outcome(job, "done", result=encode_result(value, self._jobs.serializer))
         except (TypeError, ValueError) as exc:
             # The job ran; running it again would repeat its effects. Fail it for a person to
             # look at instead.
