@@ -200,16 +200,20 @@ class Jobs:
         with self.db.connection(conn) as db_conn:
             # The wake-up goes out with the first insert in one round trip (pipeline); it is
             # delivered at commit either way.
-            with db_conn.pipeline():
-                db_conn.execute(
-                    self.db.q("notify_queues"),
-                    {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
-                )
-                for chunk in _chunks(requests):
-                    if chunk[0].options.is_workflow:
-                        results.append(self._insert_workflow(db_conn, chunk[0]))
-                    else:
-                        results.extend(self._insert(db_conn, chunk))
+            try:
+                with db_conn.pipeline():
+                    db_conn.execute(
+                        self.db.q("notify_queues"),
+                        {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
+                    )
+                    for chunk in _chunks(requests):
+                        if chunk[0].options.is_workflow:
+                            results.append(self._insert_workflow(db_conn, chunk[0]))
+                        else:
+                            results.extend(self._insert(db_conn, chunk))
+            except psycopg.errors.InvalidParameterValue as exc:
+                # A check of the SQL function (e.g. a parent job that does not exist).
+                raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
         return [Job(self, e.id, e.created) for e in results]
 
     def enqueue_group(

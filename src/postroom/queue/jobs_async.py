@@ -198,16 +198,20 @@ class AsyncJobs:
         async with self.db.connection(conn) as db_conn:
             # The wake-up goes out with the first insert in one round trip (pipeline); it is
             # delivered at commit either way.
-            async with db_conn.pipeline():
-                await db_conn.execute(
-                    self.db.q("notify_queues"),
-                    {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
-                )
-                for chunk in _chunks(requests):
-                    if chunk[0].options.is_workflow:
-                        results.append(await self._insert_workflow(db_conn, chunk[0]))
-                    else:
-                        results.extend(await self._insert(db_conn, chunk))
+            try:
+                async with db_conn.pipeline():
+                    await db_conn.execute(
+                        self.db.q("notify_queues"),
+                        {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
+                    )
+                    for chunk in _chunks(requests):
+                        if chunk[0].options.is_workflow:
+                            results.append(await self._insert_workflow(db_conn, chunk[0]))
+                        else:
+                            results.extend(await self._insert(db_conn, chunk))
+            except psycopg.errors.InvalidParameterValue as exc:
+                # A check of the SQL function (e.g. a parent job that does not exist).
+                raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
         return [AsyncJob(self, e.id, e.created) for e in results]
 
     async def enqueue_group(
