@@ -186,8 +186,9 @@ class Client:
     def grant(self, role: str, *capabilities: str) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume, keep group cursors),
-        ``"enqueuer"`` (enqueue jobs, read them and their results), ``"worker"`` (run jobs),
-        ``"admin"`` (everything in the schema). Run it as the schema owner after ``migrate()``.
+        ``"enqueuer"`` (enqueue jobs and wait for their results, through functions only),
+        ``"worker"`` (run jobs), ``"admin"`` (everything in the schema). Run it as the schema
+        owner after ``migrate()``.
 
             client.grant("orders_service", "producer")
         """

@@ -33,7 +33,7 @@ app = typer.Typer(
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-STATES = "ready, running, done, failed, cancelled"
+STATES = "ready, running, done, failed, cancelled, waiting, held"
 
 
 def parse_seconds(text: str) -> float:
