@@ -94,3 +94,9 @@ class JobInterrupted(BaseException):
 
 class DatabaseUnavailable(PostroomError):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
+
+
+class WorkerCrashed(PostroomError):
+    """A worker's background loop (claiming, write-back, heartbeat, ...) failed and cannot go
+    on: ``run()`` stopped the worker and raises this, so the process ends with an error and a
+    supervisor can restart it."""

@@ -15,12 +15,22 @@ import psycopg
 from .._acompat import ACondition, asleep
 from .._db_async import AsyncDatabase
 from .fetcher_async import AsyncFetcher
-from .outcomes import HeldJobs, Outcome, OutcomeKind
+from .outcomes import HeldJobs, Outcome, OutcomeKind, unstorable
 from .records import notify_payload
 
 log = logging.getLogger("postroom.worker")
 
 WRITE_ATTEMPTS = 5
+# What the database (or the driver, before sending) refuses in an outcome, as opposed to a lost
+# connection (OperationalError, retried): a data or constraint error, text it cannot encode.
+_REFUSED = (
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    psycopg.ProgrammingError,
+    psycopg.InternalError,
+    UnicodeError,
+    ValueError,
+)
 
 
 class AsyncCompleter:
@@ -78,7 +88,31 @@ class AsyncCompleter:
                 await self._fetcher.room_freed()  # leases released: room under the limit
 
     async def write(self, batch: list[Outcome]) -> None:
-        """Write ``batch``, retrying connection errors; then forget those jobs."""
+        """Write ``batch``, retrying connection errors; then forget those jobs.
+
+        An outcome the database refuses (text it cannot store, a value a driver cannot send)
+        must not take the batch or this loop with it: the batch is written again one outcome
+        at a time, and a refused outcome is replaced by a failure naming the reason. Only an
+        error that even that cannot get past escapes, and stops the worker."""
+        try:
+            await self._write_batch(batch)
+        except _REFUSED as exc:
+            log.error(
+                "the database refused a batch of %d job outcomes (%s); writing them one by one",
+                len(batch),
+                exc,
+            )
+            for outcome in batch:
+                try:
+                    await self._write_batch([outcome])
+                except _REFUSED as refused:
+                    log.error("job %s: its outcome was refused: %s", outcome.job.id, refused)
+                    await self._write_batch([unstorable(outcome, refused)])
+        for outcome in batch:
+            self._held.discard(outcome.job)
+        self.processed += len(batch)
+
+    async def _write_batch(self, batch: list[Outcome]) -> None:
         by_kind: dict[OutcomeKind, list[Outcome]] = {}
         for outcome in batch:
             by_kind.setdefault(outcome.kind, []).append(outcome)
@@ -90,17 +124,11 @@ class AsyncCompleter:
                     else:
                         async with conn.transaction():
                             await self._write(conn, by_kind)
-                break
+                return
             except psycopg.OperationalError as exc:
                 log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
                 await asleep(0.2 * 2**attempt)
-        else:
-            log.error(
-                "dropping %d job outcomes: their leases expire and they run again", len(batch)
-            )
-        for outcome in batch:
-            self._held.discard(outcome.job)
-        self.processed += len(batch)
+        log.error("dropping %d job outcomes: their leases expire and they run again", len(batch))
 
     async def _write(
         self, conn: psycopg.AsyncConnection[Any], by_kind: dict[OutcomeKind, list[Outcome]]

@@ -73,9 +73,39 @@ class HeldJobs:
         return list(self._jobs.values())
 
 
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL becomes ``\\x00`` and a lone surrogate its
+    ``\\udXXX`` escape (PostgreSQL refuses both). ASCII text without NUL is returned as is."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def unstorable_result(value: Any) -> str | None:
+    """Why PostgreSQL would refuse ``value`` in a jsonb column, or None when it would not: a
+    string with NUL (jsonb refuses ``\\u0000``) or a lone surrogate."""
+    strings: list[Any] = [value]
+    while strings:
+        item = strings.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "it contains a NUL character (\\u0000)"
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return "it contains a lone surrogate, which is not valid UTF-8"
+        elif isinstance(item, dict):
+            strings.extend(item.keys())
+            strings.extend(item.values())
+        elif isinstance(item, list | tuple):
+            strings.extend(item)
+    return None
+
+
 def success(job: Claimed, value: Any) -> Outcome:
     try:
-        return Outcome(job, "done", result=encode_result(value))
+        result = encode_result(value)
     except (TypeError, ValueError) as exc:
         # The job ran; running it again would repeat its effects. Fail it for a person to
         # look at instead.
@@ -86,13 +116,41 @@ def success(job: Claimed, value: Any) -> Outcome:
             "str, int, float, bool, None, or lists and dicts of them",
             final=True,
         )
+    # A JSON text with an escape the database refuses: the common results (ASCII, no
+    # backslash) skip the walk.
+    if result is not None and "\\u" in result:
+        reason = unstorable_result(value)
+        if reason is not None:
+            return Outcome(
+                job,
+                "fail",
+                error=f"the job ran but its result cannot be stored: {reason}",
+                final=True,
+            )
+    return Outcome(job, "done", result=result)
+
+
+def unstorable(outcome: Outcome, exc: BaseException) -> Outcome:
+    """The outcome to write instead of ``outcome`` when the database refused it: the attempt
+    fails with the database's reason (finally if the job ran to its end: running it again
+    would repeat its effects)."""
+    return Outcome(
+        outcome.job,
+        "fail",
+        error=storable_text(
+            f"postroom could not store this attempt's outcome ({outcome.kind}): "
+            f"{type(exc).__name__}: {exc}"
+        )[-MAX_ERROR_CHARS:],
+        delay=outcome.delay,
+        final=outcome.final or outcome.kind == "done",
+    )
 
 
 def failure(job: Claimed, error: str, backoff: Backoff) -> Outcome:
     return Outcome(
         job,
         "fail",
-        error=error[-MAX_ERROR_CHARS:],
+        error=storable_text(error[-MAX_ERROR_CHARS:]),
         delay=backoff.delay(job.attempt),
         final=job.attempt >= job.max_attempts,
     )

@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +43,7 @@ from .._compat import (
     spawn,
 )
 from .._db import Database
-from ..errors import InvalidArgument, JobInterrupted
+from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from .backoff import Backoff
 from .completer import Completer
 from .fetcher import Fetcher
@@ -160,6 +161,7 @@ class Worker:
         self._threads: JobThreads | None = None
         self._stop_requests = 0
         self._started = False
+        self._crash: WorkerCrashed | None = None
 
     @property
     def processed(self) -> int:
@@ -249,10 +251,14 @@ class Worker:
             self._register_limits()
             if scheduler is not None:
                 scheduler.register()
-            background = [spawn(unit.run, name=f"postroom-{what}") for what, unit in units]
-            fetch_task = spawn(fetcher.run, name="postroom-fetcher")
+            background = [
+                spawn(self._supervised, what, unit.run, name=f"postroom-{what}")
+                for what, unit in units
+            ]
+            fetch_task = spawn(self._supervised, "fetcher", fetcher.run, name="postroom-fetcher")
             slots = [
-                spawn(self._slot_loop, name=f"postroom-slot-{i}") for i in range(self.concurrency)
+                spawn(self._supervised, "slot", self._slot_loop, name=f"postroom-slot-{i}")
+                for i in range(self.concurrency)
             ]
             while not self._stop_requests:
                 sleep(0.05)
@@ -269,6 +275,28 @@ class Worker:
                 restore()
             self._threads.close()
             pool.close()
+        if self._crash is not None:
+            raise self._crash
+
+    def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
+        """Run one of the worker's loops; if it fails, log it and stop the worker, which
+        then raises :class:`WorkerCrashed` from ``run()``: no loop dies silently while the
+        process stays up (a supervisor restarts a process that exits with an error)."""
+        try:
+            loop()
+        except Exception as exc:  # reported, then turned into WorkerCrashed
+            log.critical(
+                "worker %s: its %s loop failed and cannot go on; stopping the worker",
+                self.name,
+                what,
+                exc_info=True,
+            )
+            if self._crash is None:
+                self._crash = WorkerCrashed(
+                    f"worker {self.name}: its {what} loop failed: {type(exc).__name__}: {exc}"
+                )
+                self._crash.__cause__ = exc
+            self.stop()
 
     def _pool(self) -> ConnectionPool:
         # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;

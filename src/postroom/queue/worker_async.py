@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -40,7 +41,7 @@ from .._acompat import (
     install_stop_handler,
 )
 from .._db_async import AsyncDatabase
-from ..errors import InvalidArgument, JobInterrupted
+from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from .backoff import Backoff
 from .completer_async import AsyncCompleter
 from .fetcher_async import AsyncFetcher
@@ -158,6 +159,7 @@ class AsyncWorker:
         self._threads: JobThreads | None = None
         self._stop_requests = 0
         self._started = False
+        self._crash: WorkerCrashed | None = None
 
     @property
     def processed(self) -> int:
@@ -247,10 +249,14 @@ class AsyncWorker:
             await self._register_limits()
             if scheduler is not None:
                 await scheduler.register()
-            background = [aspawn(unit.run, name=f"postroom-{what}") for what, unit in units]
-            fetch_task = aspawn(fetcher.run, name="postroom-fetcher")
+            background = [
+                aspawn(self._supervised, what, unit.run, name=f"postroom-{what}")
+                for what, unit in units
+            ]
+            fetch_task = aspawn(self._supervised, "fetcher", fetcher.run, name="postroom-fetcher")
             slots = [
-                aspawn(self._slot_loop, name=f"postroom-slot-{i}") for i in range(self.concurrency)
+                aspawn(self._supervised, "slot", self._slot_loop, name=f"postroom-slot-{i}")
+                for i in range(self.concurrency)
             ]
             while not self._stop_requests:
                 await asleep(0.05)
@@ -267,6 +273,28 @@ class AsyncWorker:
                 restore()
             self._threads.close()
             await pool.close()
+        if self._crash is not None:
+            raise self._crash
+
+    async def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
+        """Run one of the worker's loops; if it fails, log it and stop the worker, which
+        then raises :class:`WorkerCrashed` from ``run()``: no loop dies silently while the
+        process stays up (a supervisor restarts a process that exits with an error)."""
+        try:
+            await loop()
+        except Exception as exc:  # reported, then turned into WorkerCrashed
+            log.critical(
+                "worker %s: its %s loop failed and cannot go on; stopping the worker",
+                self.name,
+                what,
+                exc_info=True,
+            )
+            if self._crash is None:
+                self._crash = WorkerCrashed(
+                    f"worker {self.name}: its {what} loop failed: {type(exc).__name__}: {exc}"
+                )
+                self._crash.__cause__ = exc
+            self.stop()
 
     def _pool(self) -> AsyncConnectionPool:
         # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;

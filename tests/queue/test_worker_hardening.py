@@ -1,0 +1,176 @@
+"""The worker under hostile jobs and faults (issue 10): outcomes the database refuses, loops
+that fail, jobs that raise SystemExit, slow write-backs, crashed workers' jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+import postroom
+from postroom.errors import JobFailed, WorkerCrashed
+from postroom.queue import completer_async, heartbeat, worker_async
+from postroom.queue import worker as worker_sync
+from postroom.queue.outcomes import Outcome
+
+from .helpers import running
+
+FAST = {"poll_interval": 0.05, "lease": 2.0, "concurrency": 6}
+
+
+def _register_hostile(client: Any) -> dict[str, Any]:
+    @client.job("nul_result", max_attempts=1)
+    def nul_result() -> str:
+        return "a\x00b"
+
+    @client.job("nul_error", max_attempts=1)
+    def nul_error() -> None:
+        raise ValueError("bad\x00value")
+
+    @client.job("surrogate_result", max_attempts=1)
+    def surrogate_result() -> list[str]:
+        return ["ok", "\ud800"]
+
+    @client.job("surrogate_error", max_attempts=1)
+    def surrogate_error() -> None:
+        raise ValueError("half \udc80 a pair")
+
+    @client.job("fine")
+    def fine(n: int) -> int:
+        return n
+
+    return {
+        "nul_result": nul_result,
+        "nul_error": nul_error,
+        "surrogate_result": surrogate_result,
+        "surrogate_error": surrogate_error,
+        "fine": fine,
+    }
+
+
+EXPECTED_ERRORS = {
+    "nul_result": "the job ran but its result cannot be stored: it contains a NUL character",
+    "nul_error": "ValueError: bad\\x00value",
+    "surrogate_result": "cannot be stored: it contains a lone surrogate",
+    "surrogate_error": "ValueError: half \\udc80 a pair",
+}
+
+
+def test_refused_outcomes_are_stored_sanitized_and_the_worker_goes_on(
+    client: postroom.Client,
+) -> None:
+    jobs = _register_hostile(client)
+    hostile = {kind: jobs[kind].enqueue() for kind in EXPECTED_ERRORS}
+    fine = [jobs["fine"].enqueue(n=n) for n in range(5)]
+    with running(client.worker(**FAST)):
+        for kind, job in hostile.items():
+            with pytest.raises(JobFailed) as failed:
+                job.result(timeout=20)
+            assert EXPECTED_ERRORS[kind] in (failed.value.last_error or ""), kind
+        assert [job.result(timeout=20) for job in fine] == list(range(5))
+        # The worker is still claiming and writing back.
+        assert jobs["fine"].enqueue(n=7).result(timeout=20) == 7
+
+
+def test_refused_outcomes_on_the_async_worker(dsn: str) -> None:
+    async def main() -> None:
+        async with await postroom.connect_async(dsn) as client:
+            jobs = _register_hostile(client)
+            hostile = {kind: await jobs[kind].enqueue() for kind in EXPECTED_ERRORS}
+            worker = client.worker(**FAST)
+            task = asyncio.create_task(worker.run(handle_signals=False))
+            for kind, job in hostile.items():
+                with pytest.raises(JobFailed) as failed:
+                    await job.result(timeout=20)
+                assert EXPECTED_ERRORS[kind] in (failed.value.last_error or ""), kind
+            assert await (await jobs["fine"].enqueue(n=3)).result(timeout=20) == 3
+            worker.stop()
+            await task
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_an_outcome_the_database_refuses_fails_only_its_job(
+    dsn: str, monkeypatch: pytest.MonkeyPatch, flavour: str
+) -> None:
+    """Past the checks (here: a result JSON text with \\u0000, which jsonb refuses), the
+    write-back stores the failure with the database's reason and writes the rest."""
+    module = worker_sync if flavour == "sync" else worker_async
+
+    def unchecked(job: Any, value: Any) -> Outcome:
+        return Outcome(job, "done", result=json.dumps(value))
+
+    monkeypatch.setattr(module, "success", unchecked)
+
+    def scenario(client: Any) -> tuple[Any, list[Any]]:
+        jobs = _register_hostile(client)
+        return jobs["nul_result"], [jobs["fine"]]
+
+    if flavour == "sync":
+        with postroom.connect(dsn) as client:
+            bad_kind, (fine_kind,) = scenario(client)
+            bad = bad_kind.enqueue()
+            good = [fine_kind.enqueue(n=n) for n in range(5)]
+            with running(client.worker(**FAST)):
+                with pytest.raises(JobFailed, match="could not store this attempt's outcome"):
+                    bad.result(timeout=20)
+                assert [job.result(timeout=20) for job in good] == list(range(5))
+        return
+
+    async def main() -> None:
+        async with await postroom.connect_async(dsn) as client:
+            bad_kind, (fine_kind,) = scenario(client)
+            bad = await bad_kind.enqueue()
+            good = [await fine_kind.enqueue(n=n) for n in range(5)]
+            worker = client.worker(**FAST)
+            task = asyncio.create_task(worker.run(handle_signals=False))
+            with pytest.raises(JobFailed, match="could not store this attempt's outcome"):
+                await bad.result(timeout=20)
+            assert [await job.result(timeout=20) for job in good] == list(range(5))
+            worker.stop()
+            await task
+
+    asyncio.run(main())
+
+
+def test_a_failing_loop_stops_the_sync_worker_with_an_error(
+    client: postroom.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(heartbeat.Heartbeat, "run", broken)
+
+    @client.job("noop")
+    def noop() -> None:
+        pass
+
+    started = time.monotonic()
+    with pytest.raises(WorkerCrashed, match="heartbeat loop failed: RuntimeError: boom"):
+        client.worker(**FAST).run(handle_signals=False)
+    assert time.monotonic() - started < 10
+
+
+def test_a_failing_loop_stops_the_async_worker_with_an_error(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(self: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(completer_async.AsyncCompleter, "run", broken)
+
+    async def main() -> None:
+        async with await postroom.connect_async(dsn) as client:
+
+            @client.job("noop")
+            async def noop() -> None:
+                pass
+
+            with pytest.raises(WorkerCrashed, match="completer loop failed: RuntimeError: boom"):
+                await asyncio.wait_for(client.worker(**FAST).run(handle_signals=False), 10)
+
+    asyncio.run(main())
