@@ -18,37 +18,34 @@ from postroom.queue.outcomes import Outcome
 
 from .helpers import running
 
-FAST = {"poll_interval": 0.05, "lease": 2.0, "concurrency": 6}
+FAST: dict[str, Any] = {"poll_interval": 0.05, "lease": 2.0, "concurrency": 6}
+
+
+def nul_result() -> str:
+    return "a\x00b"
+
+
+def nul_error() -> None:
+    raise ValueError("bad\x00value")
+
+
+def surrogate_result() -> list[str]:
+    return ["ok", "\ud800"]
+
+
+def surrogate_error() -> None:
+    raise ValueError("half \udc80 a pair")
+
+
+def fine(n: int) -> int:
+    return n
 
 
 def _register_hostile(client: Any) -> dict[str, Any]:
-    @client.job("nul_result", max_attempts=1)
-    def nul_result() -> str:
-        return "a\x00b"
-
-    @client.job("nul_error", max_attempts=1)
-    def nul_error() -> None:
-        raise ValueError("bad\x00value")
-
-    @client.job("surrogate_result", max_attempts=1)
-    def surrogate_result() -> list[str]:
-        return ["ok", "\ud800"]
-
-    @client.job("surrogate_error", max_attempts=1)
-    def surrogate_error() -> None:
-        raise ValueError("half \udc80 a pair")
-
-    @client.job("fine")
-    def fine(n: int) -> int:
-        return n
-
-    return {
-        "nul_result": nul_result,
-        "nul_error": nul_error,
-        "surrogate_result": surrogate_result,
-        "surrogate_error": surrogate_error,
-        "fine": fine,
-    }
+    functions = [nul_result, nul_error, surrogate_result, surrogate_error]
+    jobs = {f.__name__: client.job(f.__name__, max_attempts=1)(f) for f in functions}
+    jobs["fine"] = client.job("fine")(fine)
+    return jobs
 
 
 EXPECTED_ERRORS = {
