@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ from postroom.queue import completer_async, heartbeat, worker_async
 from postroom.queue import worker as worker_sync
 from postroom.queue.outcomes import Outcome
 
-from .helpers import running
+from .helpers import query, running
 
 FAST: dict[str, Any] = {"poll_interval": 0.05, "lease": 2.0, "concurrency": 6}
 
@@ -171,3 +172,61 @@ def test_a_failing_loop_stops_the_async_worker_with_an_error(
                 await asyncio.wait_for(client.worker(**FAST).run(handle_signals=False), 10)
 
     asyncio.run(main())
+
+
+def _job_row(dsn: str, job_id: int) -> tuple[Any, ...]:
+    return query(
+        dsn, "SELECT state, attempts, last_error FROM postroom.jobs WHERE id = %s", [job_id]
+    )[0]
+
+
+def test_a_job_raising_systemexit_fails_its_attempt_and_stops_the_worker(
+    client: postroom.Client, dsn: str
+) -> None:
+    @client.job("exits", max_attempts=2)
+    def exits() -> None:
+        sys.exit(3)
+
+    @client.job("after")
+    def after() -> None:
+        pass
+
+    job = exits.enqueue()
+    with pytest.raises(SystemExit) as stopped:
+        client.worker(**FAST).run(handle_signals=False)
+    assert stopped.value.code == 3
+    state, attempts, last_error = _job_row(dsn, job.id)
+    assert (state, attempts) == ("ready", 1)  # not left running: retried while attempts last
+    assert "SystemExit raised by the job: the attempt failed" in last_error
+    # The next worker runs it again; the attempts run out and it ends failed, not stuck.
+    with pytest.raises(SystemExit):
+        client.worker(**FAST).run(handle_signals=False)
+    assert _job_row(dsn, job.id)[:2] == ("failed", 2)
+
+
+async def _interrupts() -> None:
+    raise KeyboardInterrupt
+
+
+def _threaded_exit() -> None:
+    raise SystemExit(4)
+
+
+@pytest.mark.parametrize(
+    ("func", "raised"), [(_interrupts, KeyboardInterrupt), (_threaded_exit, SystemExit)]
+)
+def test_an_exit_from_a_job_on_the_async_worker_does_not_escape_the_loop(
+    dsn: str, func: Any, raised: type[BaseException]
+) -> None:
+    async def main() -> int:
+        async with await postroom.connect_async(dsn) as client:
+            kind = client.job("exits", max_attempts=1)(func)
+            job = await kind.enqueue()
+            with pytest.raises(raised):
+                await client.worker(**FAST).run(handle_signals=False)
+            return int(job.id)
+
+    job_id = asyncio.run(main())
+    state, attempts, last_error = _job_row(dsn, job_id)
+    assert (state, attempts) == ("failed", 1)
+    assert f"{raised.__name__} raised by the job: the attempt failed" in last_error

@@ -44,6 +44,7 @@ from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from .backoff import Backoff
 from .completer_async import AsyncCompleter
+from .execution import JobExit, PreparedKind, prepare
 from .fetcher_async import AsyncFetcher
 from .heartbeat_async import AsyncHeartbeat
 from .jobs_async import AsyncJobs
@@ -160,6 +161,8 @@ class AsyncWorker:
         self._stop_requests = 0
         self._started = False
         self._crash: WorkerCrashed | None = None
+        self._exit: SystemExit | KeyboardInterrupt | None = None
+        self._kinds: dict[str, PreparedKind] = {}
 
     @property
     def processed(self) -> int:
@@ -275,6 +278,8 @@ class AsyncWorker:
             await pool.close()
         if self._crash is not None:
             raise self._crash
+        if self._exit is not None:
+            raise self._exit
 
     async def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
         """Run one of the worker's loops; if it fails, log it and stop the worker, which
@@ -353,12 +358,21 @@ class AsyncWorker:
                 return
             await self._completer.report(await self._execute(job))
 
+    def _prepared(self, kind: str) -> PreparedKind | None:
+        prepared = self._kinds.get(kind)
+        if prepared is None:
+            definition = self._jobs.definitions.get(kind)
+            if definition is None:
+                return None
+            prepared = self._kinds[kind] = prepare(definition)
+        return prepared
+
     async def _execute(self, job: Claimed) -> Outcome:
-        definition = self._jobs.definitions.get(job.kind)
+        prepared = self._prepared(job.kind)
         job.started = True
         if job.interrupt_kind == "cancel":
             return Outcome(job, "cancelled")
-        if definition is None:
+        if prepared is None:
             known = ", ".join(sorted(self._jobs.definitions)) or "none"
             return failure(
                 job,
@@ -367,12 +381,38 @@ class AsyncWorker:
                 "defines it in the worker",
                 Backoff(),
             )
-        call = AJobCall(definition.func, job.args, definition.timeout, self._threads)
+        definition = prepared.definition
+        call = AJobCall(prepared.func, job.args, definition.timeout, self._threads)
         job.call = call
         try:
             value = await call.run()
         except JobInterrupted as exc:
             return interrupted(job, exc, definition.backoff)
+        except JobExit as exc:
+            return self._exiting(job, exc.exc, definition.backoff)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            return self._exiting(job, exc, definition.backoff)
         except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
             return failure(job, format_error(exc), definition.backoff)
         return success(job, value)
+
+    def _exiting(
+        self, job: Claimed, exc: SystemExit | KeyboardInterrupt, backoff: Backoff
+    ) -> Outcome:
+        """A job asked the process to exit: its attempt fails (retried while attempts are
+        left), the worker shuts down gracefully, and ``run()`` raises ``exc`` at its end."""
+        log.warning(
+            "job %s (%s) raised %r: failing its attempt and shutting the worker down",
+            job.id,
+            job.kind,
+            exc,
+        )
+        if self._exit is None:
+            self._exit = exc
+        self.stop()
+        return failure(
+            job,
+            f"{type(exc).__name__} raised by the job: the attempt failed and worker "
+            f"{self.name} shut down\n{format_error(exc)}",
+            backoff,
+        )
