@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 import postroom
 from postroom.errors import JobFailed, WorkerCrashed
+from postroom.queue import completer as completer_sync
 from postroom.queue import completer_async, heartbeat, worker_async
 from postroom.queue import worker as worker_sync
 from postroom.queue.outcomes import Outcome
@@ -230,3 +232,33 @@ def test_an_exit_from_a_job_on_the_async_worker_does_not_escape_the_loop(
     state, attempts, last_error = _job_row(dsn, job_id)
     assert (state, attempts) == ("failed", 1)
     assert f"{raised.__name__} raised by the job: the attempt failed" in last_error
+
+
+def test_finished_jobs_awaiting_a_slow_write_back_keep_their_lease(
+    client: postroom.Client, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write-back stalls for three leases: the heartbeat keeps extending the finished
+    jobs' leases, so the rescuer (every 0.2 s) never hands them out again."""
+    original = completer_sync.Completer._write_batch
+    stalled = threading.Event()
+
+    def slow_write(self: Any, batch: list[Outcome]) -> None:
+        if not stalled.is_set():
+            stalled.set()
+            time.sleep(3.0)
+        original(self, batch)
+
+    monkeypatch.setattr(completer_sync.Completer, "_write_batch", slow_write)
+    runs: list[int] = []
+
+    @client.job("counted")
+    def counted(n: int) -> int:
+        runs.append(n)
+        return n
+
+    jobs = [counted.enqueue(n=n) for n in range(4)]
+    options = {**FAST, "lease": 1.0, "heartbeat": 0.2, "rescue_interval": 0.2}
+    with running(client.worker(**options)):
+        assert [job.result(timeout=20) for job in jobs] == list(range(4))
+    assert stalled.is_set()
+    assert sorted(runs) == list(range(4))  # each ran once

@@ -3,9 +3,10 @@
 """The heartbeat: extends the leases of the jobs a worker holds and learns about cancellations.
 
 Every ``interval`` seconds (or at once after ``beat_now()``, e.g. on a cancel notification) it
-extends, in one statement, the lease of every held job; a job whose lease is gone was taken
-from this worker (it is interrupted and forgotten), and a job whose cancellation was requested
-is interrupted as cancelled.
+extends, in one statement, the lease of every held job: claimed, running, and finished but not
+yet written back (a slow write-back must not let the rescuer hand a finished job to another
+worker). A running job whose lease is gone was taken from this worker (it is interrupted and
+forgotten), and a running job whose cancellation was requested is interrupted as cancelled.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Heartbeat:
         while not self._stopping.is_set():
             self._now.wait_timeout(self._interval)
             self._now.clear()
-            held = [j for j in self._held.snapshot() if not j.reported]
+            held = self._held.snapshot()
             if not held or self._stopping.is_set():
                 continue
             try:
@@ -70,7 +71,7 @@ class Heartbeat:
                 continue
             for job in held:
                 if job.reported:
-                    continue
+                    continue  # its outcome is written as it is (fenced if the lease was lost)
                 if job.id not in alive:
                     log.warning("lost the lease of job %s (attempt %s)", job.id, job.attempt)
                     job.interrupt_kind = "lost"
