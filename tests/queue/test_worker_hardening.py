@@ -19,7 +19,7 @@ from postroom.queue import completer_async, heartbeat, worker_async
 from postroom.queue import worker as worker_sync
 from postroom.queue.outcomes import Outcome
 
-from .helpers import query, running
+from .helpers import query, running, wait_for
 
 FAST: dict[str, Any] = {"poll_interval": 0.05, "lease": 2.0, "concurrency": 6}
 
@@ -262,3 +262,31 @@ def test_finished_jobs_awaiting_a_slow_write_back_keep_their_lease(
         assert [job.result(timeout=20) for job in jobs] == list(range(4))
     assert stalled.is_set()
     assert sorted(runs) == list(range(4))  # each ran once
+
+
+def test_a_crashed_workers_job_keeps_its_place_in_the_queue(
+    client: postroom.Client, dsn: str
+) -> None:
+    order: list[str] = []
+
+    @client.job("step")
+    def step(name: str) -> None:
+        order.append(name)
+
+    first = step.enqueue(name="first")
+    # Its worker claimed it and died: running, attempt 1, the lease already expired.
+    query(
+        dsn,
+        "UPDATE postroom.jobs SET state = 'running', attempts = 1, worker = 'dead', "
+        "lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = %s RETURNING id",
+        [first.id],
+    )
+    for n in range(20):
+        step.enqueue(name=f"later-{n}")
+    # A worker of another queue rescues it (the rescuer returns every expired lease).
+    rescuer = client.worker(["elsewhere"], **{**FAST, "rescue_interval": 0.1})
+    with running(rescuer):
+        wait_for(lambda: _job_row(dsn, first.id)[0] == "ready", 20, "the rescue")
+    client.worker(concurrency=1, poll_interval=0.05).run(burst=True, handle_signals=False)
+    assert order[0] == "first"
+    assert len(order) == 21
