@@ -158,7 +158,8 @@ RETURNING j.id, j.cancel_requested;
 -- name: rescue_expired_jobs
 -- Returns running jobs whose lease has expired (their worker stopped heartbeating) to ready, or
 -- to failed when their attempts are used up; cancelled ones finish as cancelled. Only expired
--- leases: a job whose worker is alive is never taken from it. FOR UPDATE SKIP LOCKED, batches.
+-- leases: a job whose worker is alive is never taken from it. A returned job keeps its run_at,
+-- so it keeps its place ahead of what was enqueued after it. FOR UPDATE SKIP LOCKED, batches.
 WITH expired AS (
     SELECT id FROM {schema}.jobs
     WHERE state = 'running' AND lease_expires_at < clock_timestamp()
@@ -179,7 +180,7 @@ WITH expired AS (
 ), rescued AS (
     UPDATE {schema}.jobs j
     SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
-        run_at = clock_timestamp(), lease_expires_at = NULL,
+        lease_expires_at = NULL,
         last_error = format('lease expired: worker %%s stopped heartbeating during attempt %%s',
                             j.worker, j.attempts)
     FROM expired e

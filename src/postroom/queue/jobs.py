@@ -1,6 +1,6 @@
 # Generated from src/postroom/queue/jobs_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""Registering, enqueueing and administering jobs; the worker lives in ``worker``."""
+"""Registering, enqueueing and administering jobs; the worker lives in ``worker(_async)``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from .._compat import sleep
+from .._acompat import sleep
 from .._db import Database
 from ..errors import (
     InvalidArgument,
@@ -326,9 +326,9 @@ class JobFunction:
     worker.
 
         @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
-        def send_receipt(order_id: int) -> None: ...
+        def send_receipt(order_id: int) -> None: ...  # or async def, with AsyncClient
 
-        send_receipt.enqueue(order_id=42, conn=conn)   # in the caller's transaction
+        send_receipt.enqueue(order_id=42, conn=conn)  # in the caller's transaction; awaited
     """
 
     def __init__(self, jobs: Jobs, definition: JobDefinition) -> None:
