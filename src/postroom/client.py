@@ -34,6 +34,7 @@ from .queue.options import EnqueueOptions
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
 from .queue.serializer import Serializer, check_serializer
 from .queue.worker import Worker
+from .relay.inbox import Inbox, prune_inbox
 from .relay.loop import Relay
 from .relay.records import RelayStatus
 from .relay.routing import event_record
@@ -263,6 +264,18 @@ class Client:
         :class:`postroom.relay.Sink`); see :class:`AsyncRelay` for the options (``group``,
         ``route``, ``batch_size``, ``max_attempts``, ...). ``relay.run()`` runs it."""
         return Relay(self, topics, sink, **options)
+
+    def inbox(self, conn: object, name: str = "default") -> Inbox:
+        """The inbox ``name`` in the transaction of ``conn``: ``seen(message_id)`` records a
+        processed message's id and says whether it was recorded before; see ``Inbox``."""
+        return Inbox(self._db, conn, name)
+
+    def prune_inbox(
+        self, older_than: timedelta, *, name: str | None = None, batch_size: int = 10000
+    ) -> int:
+        """Forget inbox ids recorded more than ``older_than`` ago (of inbox ``name``, or all);
+        returns how many. Deletes in batches of ``batch_size``, each its own transaction."""
+        return prune_inbox(self._db, older_than, name, batch_size)
 
     def relay_status(self, groups: Iterable[str] | None = None) -> list[RelayStatus]:
         """Per relay (its group; default: every group named ``relay.*``): messages pending and
