@@ -4,6 +4,9 @@ what a sink received."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -126,3 +129,32 @@ def group_lag(client: postroom.Client, group: str) -> int | None:
         return client.describe_group(group).lag
     except GroupNotFound:
         return None
+
+
+CLI = [sys.executable, "-c", "from postroom.cli.main import main; main()"]
+
+
+def start_relay(dsn: str, *args: str) -> subprocess.Popen[str]:
+    """``postroom relay ARGS`` in a process of its own."""
+    return subprocess.Popen(
+        [*CLI, "--url", dsn, "relay", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_relays(procs: list[subprocess.Popen[str]]) -> list[str]:
+    """SIGTERM each relay, wait for it, and return their stderr; each must exit 0."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    errors = [proc.communicate(timeout=60)[1] for proc in procs]
+    for proc, err in zip(procs, errors, strict=True):
+        assert proc.returncode == 0, err
+    return errors
+
+
+def relay_pair(dsn: str, topic: str, url: str, group: str) -> list[subprocess.Popen[str]]:
+    """Two relay processes in one group."""
+    return [start_relay(dsn, topic, "--to", url, "--group", group) for _ in range(2)]

@@ -7,18 +7,25 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 import postroom
 
-from .helpers import check_delivery, decode, group_lag, publish_keyed, unique, wait_until
+from .helpers import (
+    CLI,
+    check_delivery,
+    decode,
+    group_lag,
+    publish_keyed,
+    start_relay,
+    unique,
+    wait_until,
+)
 
 redis = pytest.importorskip("redis")
 REDIS = "redis://127.0.0.1:6379/0"
-CLI = [sys.executable, "-c", "from postroom.cli.main import main; main()"]
 
 
 @pytest.fixture
@@ -45,15 +52,6 @@ def stream_length(name: str) -> int:
         return int(r.xlen(name))
     finally:
         r.close()
-
-
-def start_relay(dsn: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*CLI, "--url", dsn, "relay", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def postroom_cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
