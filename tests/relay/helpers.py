@@ -153,8 +153,3 @@ def stop_relays(procs: list[subprocess.Popen[str]]) -> list[str]:
     for proc, err in zip(procs, errors, strict=True):
         assert proc.returncode == 0, err
     return errors
-
-
-def relay_pair(dsn: str, topic: str, url: str, group: str) -> list[subprocess.Popen[str]]:
-    """Two relay processes in one group."""
-    return [start_relay(dsn, topic, "--to", url, "--group", group) for _ in range(2)]

@@ -150,3 +150,45 @@ def test_configuration_errors(client: postroom.Client) -> None:
     for options, match in cases:
         with pytest.raises(InvalidArgument, match=match):
             client.relay("t", ScriptedSink(), **options)
+
+
+def test_lost_database_connections_are_survived(client: postroom.Client, dsn: str) -> None:
+    from tests.proxy import Proxy
+
+    client.create_topic("t", partitions=2)
+    client.publish_batch("t", [{"value": str(i), "key": str(i % 3)} for i in range(300)])
+    sink = ScriptedSink()
+    proxy = Proxy(dsn)
+    try:
+        with postroom.connect(proxy.dsn) as through_proxy:
+            with running_relay(
+                through_proxy, "t", sink, group="relay.s", batch_size=20, backoff=FAST
+            ):
+                wait_until(lambda: len(sink.sent) >= 40, interval=0.001)
+                assert proxy.cut() > 0  # every connection of the relay drops, as in failover
+                wait_until(lambda: group_lag(client, "relay.s") == 0, timeout=60)
+    finally:
+        proxy.close()
+    delivered = list(dict.fromkeys(sink.sent))  # dedup by id, first occurrence kept
+    expected = {
+        f"t/{p.partition}/{o}"
+        for p in client.describe_topic("t").partition_info
+        for o in range(p.high_water)
+    }
+    assert set(delivered) == expected and len(expected) == 300
+    for partition in (0, 1):
+        offsets = [int(i.rsplit("/", 1)[1]) for i in delivered if i.split("/")[1] == str(partition)]
+        assert offsets == sorted(offsets)
+
+
+def test_relay_status_as_data(client: postroom.Client) -> None:
+    client.create_topic("t", partitions=2)
+    client.publish_batch("t", [{"value": str(i), "key": str(i)} for i in range(10)])
+    sink = ScriptedSink()
+    with running_relay(client, "t", sink, group="relay.data"):
+        wait_until(lambda: group_lag(client, "relay.data") == 0)
+    assert client.relay_status()[0].pending == 0
+    client.publish("t", "late", key="1")
+    [status] = client.relay_status(["relay.data"])
+    assert (status.group, status.topics, status.pending) == ("relay.data", ("t",), 1)
+    assert 0 <= status.oldest_pending_seconds < 60
