@@ -192,3 +192,13 @@ def test_relay_status_as_data(client: postroom.Client) -> None:
     [status] = client.relay_status(["relay.data"])
     assert (status.group, status.topics, status.pending) == ("relay.data", ("t",), 1)
     assert 0 <= status.oldest_pending_seconds < 60
+
+
+def test_stop_does_not_wait_out_a_long_poll(client: postroom.Client) -> None:
+    client.create_topic("t")
+    sink = ScriptedSink()
+    # With a 120 s poll, only an interrupted poll lets the relay stop within running_relay's
+    # 30 s join (which fails the test otherwise).
+    with running_relay(client, "t", sink, group="relay.s", poll_timeout=120):
+        client.publish("t", "x")
+        wait_until(lambda: sink.sent == ["t/0/0"])

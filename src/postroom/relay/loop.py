@@ -203,9 +203,7 @@ class AsyncRelay:
 
     async def relay_batch(self, consumer: Any) -> int:
         """Poll, deliver and commit one batch; returns how many messages it carried."""
-        messages: list[Message] = await consumer.poll(
-            timeout=self.poll_timeout, max_messages=self.batch_size
-        )
+        messages = await self._poll(consumer)
         if not messages:
             return 0
         if not await self._deliver(messages):
@@ -216,6 +214,24 @@ class AsyncRelay:
         await consumer.commit(next_offsets)
         self.counters.batches += 1
         return len(messages)
+
+    async def _poll(self, consumer: Any) -> list[Message]:
+        """``consumer.poll()``, given up (nothing read is lost: nothing is committed) as soon
+        as ``stop()`` is called, so SIGTERM does not wait out the poll timeout."""
+        poll = asyncio.ensure_future(
+            consumer.poll(timeout=self.poll_timeout, max_messages=self.batch_size)
+        )
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not poll.done():
+            poll.cancel()
+            await asyncio.gather(poll, return_exceptions=True)
+            return []
+        messages: list[Message] = poll.result()
+        return messages
 
     async def _deliver(self, messages: Sequence[Message]) -> bool:
         """Send ``messages`` in order until all are acknowledged or dead-lettered; False if
