@@ -202,3 +202,39 @@ def test_stop_does_not_wait_out_a_long_poll(client: postroom.Client) -> None:
     with running_relay(client, "t", sink, group="relay.s", poll_timeout=120):
         client.publish("t", "x")
         wait_until(lambda: sink.sent == ["t/0/0"])
+
+
+class Fenced(postroom.errors.PostroomError):
+    """Stands for consumer groups' errors.Fenced (issue 7), matched by name."""
+
+
+class CommitFails:
+    """A consumer whose commit raises ``error``: what a member that lost its partitions sees."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def poll(self, timeout: float, max_messages: int) -> list[Any]:
+        from datetime import UTC, datetime
+
+        from postroom.log.records import build_message
+
+        return [build_message("t", 0, 0, None, b"v", {}, datetime.now(UTC))]
+
+    async def commit(self, offsets: Any) -> None:
+        raise self.error
+
+
+def test_a_fenced_commit_is_survived_and_other_errors_are_not() -> None:
+    import asyncio
+    from typing import cast
+
+    from postroom.relay import AsyncRelay
+
+    sink = ScriptedSink()
+    relay = AsyncRelay(cast(Any, None), "t", sink)
+    assert asyncio.run(relay.relay_batch(CommitFails(Fenced("t/0 moved")))) == 1
+    assert sink.sent == ["t/0/0"]
+    assert "the new owner resends" in str(relay.counters.last_error)
+    with pytest.raises(InvalidArgument, match="boom"):
+        asyncio.run(relay.relay_batch(CommitFails(InvalidArgument("boom"))))

@@ -22,6 +22,7 @@ from ..errors import (
     DatabaseUnavailable,
     InvalidArgument,
     MessageRejected,
+    PostroomError,
     SinkUnavailable,
     TopicExists,
     TopicNotFound,
@@ -211,7 +212,16 @@ class AsyncRelay:
         next_offsets: dict[TopicPartition, int] = {}
         for message in messages:
             next_offsets[message.topic_partition] = message.offset + 1
-        await consumer.commit(next_offsets)
+        try:
+            await consumer.commit(next_offsets)
+        except PostroomError as exc:
+            # Consumer groups (issue 7) refuse the commit of a member that lost a partition
+            # meanwhile (errors.Fenced): the batch was delivered, the new owner sends it again
+            # from the committed cursor. Duplicates, never a loss; this relay goes on.
+            if type(exc).__name__ != "Fenced":
+                raise
+            self._note(f"partitions moved before the commit, the new owner resends: {exc}")
+            return len(messages)
         self.counters.batches += 1
         return len(messages)
 
