@@ -9,10 +9,6 @@ SELECT {schema}.create_topic(%(name)s, %(partitions)s, %(retention)s::interval);
 -- A topic's id and partition count (no locks).
 SELECT id, partitions FROM {schema}.topics WHERE name = %(name)s;
 
--- name: topics_by_ids
--- Names and partition counts of the given topic ids (no locks).
-SELECT id, name, partitions FROM {schema}.topics WHERE id = ANY(%(ids)s::integer[]);
-
 -- name: list_topics
 -- Every topic with its partition count, retention and total messages ever written (no locks).
 SELECT t.name, t.partitions, t.retention, t.created_at,

@@ -303,11 +303,6 @@ WHERE name = %(name)s;
 SELECT min(next_run_at) - clock_timestamp() FROM {schema}.job_schedules
 WHERE name = ANY(%(names)s::text[]);
 
--- name: list_schedules
--- Every periodic job with its next tick (no locks).
-SELECT name, cron, kind, queue, next_run_at, last_run_at FROM {schema}.job_schedules
-ORDER BY name;
-
 -- name: db_clock
 -- The database's clock: schedules are computed in database time (no locks).
 SELECT clock_timestamp();

@@ -1,6 +1,7 @@
 # Generated from src/postroom/log/producer_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""The write path: one statement per partition batch, and the batching producer on top of it."""
+"""The write path (one ``reserve_offsets`` statement for every partition a batch writes, then one
+binary COPY) and the batching producer on top of it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The write path: one statement per partition batch, and the batching producer on top of it."""
+"""The write path (one ``reserve_offsets`` statement for every partition a batch writes, then one
+binary COPY) and the batching producer on top of it."""
 
 from __future__ import annotations
 
