@@ -95,9 +95,7 @@ class AsyncJobs:
             if is_coroutine and not allow_coroutines:
                 raise InvalidType(
                     f"job {kind or func.__name__!r}: {func.__name__} is a coroutine function; "
-                    # (split so the sync generator leaves the class name alone)
-                    "register coroutine functions on postroom.Async"
-                    "Client"
+                    "register coroutine functions on postroom.AsyncClient"
                 )
             name = kind if isinstance(kind, str) else func.__name__
             return self.register(make_definition(name, func, is_coroutine=is_coroutine, **options))
