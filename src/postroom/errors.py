@@ -94,3 +94,7 @@ class JobInterrupted(BaseException):
 
 class DatabaseUnavailable(PostroomError):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
+
+
+class RoleNotFound(NotFound):
+    """``grant()`` named a database role that does not exist."""

@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import socket
+import sysconfig
 import time
 import traceback
 import uuid
@@ -53,6 +54,9 @@ log = logging.getLogger("postroom.worker")
 
 MAX_ERROR_CHARS = 8000
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Frames that lead to a job without being the job's: postroom's own and, for a sync job on the
+# async worker, the thread pool's (the standard library's).
+_NOT_THE_JOB = (_PACKAGE_DIR, sysconfig.get_paths()["stdlib"] + os.sep)
 RESCUE_BATCH = 1000
 PURGE_INTERVAL = 60.0
 VACUUM_MIN_DEAD = 10_000
@@ -800,6 +804,6 @@ class AsyncWorker:
 def _format_error(exc: BaseException) -> str:
     """The exception with its traceback, starting at the job's own frames."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_NOT_THE_JOB):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb)).strip()
