@@ -98,3 +98,9 @@ class DatabaseUnavailable(PostroomError):
 
 class RoleNotFound(NotFound):
     """``grant()`` named a database role that does not exist."""
+
+
+class WorkerCrashed(PostroomError):
+    """A worker's background loop (claiming, write-back, heartbeat, ...) failed and cannot go
+    on: ``run()`` stopped the worker and raises this, so the process ends with an error and a
+    supervisor can restart it."""
