@@ -355,7 +355,7 @@ class AsyncClient:
         member succeeded (Celery's chord), in one transaction. Items are as in
         ``enqueue_batch``; returns the members and the callback.
 
-            members, merge = await client.enqueue_group(
+            members, merge = client.enqueue_group(  # awaited with AsyncClient
                 [fetch.prepare(url=u) for u in urls], then=merge_pages.prepare(), conn=conn
             )
         """

@@ -72,7 +72,7 @@ class Worker:
     """Runs the registered jobs of ``queues`` until stopped.
 
         worker = client.worker(queues=["email"], concurrency=8)
-        await worker.run()       # until SIGTERM/SIGINT or worker.stop()
+        worker.run()       # until SIGTERM/SIGINT or worker.stop(); awaited when async
 
     ``run()`` stops on SIGTERM or SIGINT (when called in the main thread): it stops claiming,
     gives back claimed jobs that have not started, lets running jobs finish for up to
