@@ -18,7 +18,8 @@ async side:
 ``__iter__`` when it has no ``__aiter__``, e.g. ``AsyncBatch``). A ``Blocking`` passed as an
 argument (a caller's connection, ``conn=``) is unwrapped, so the async client gets the real
 ``AsyncConnection``; a generator argument is consumed in the caller's thread first (its items
-may call blocking methods, which the loop's own thread cannot). Nothing is routed to the sync code: only the loop and this glue are shared.
+may call blocking methods, which the loop's own thread cannot). Nothing is routed to the sync
+code: only the loop and this glue are shared.
 """
 
 from __future__ import annotations
