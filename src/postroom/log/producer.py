@@ -220,7 +220,7 @@ class Producer:
         value: Value,
         *,
         key: bytes | str | None = None,
-        headers: dict[str, HeaderValue] | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
         partition: int | None = None,
     ) -> Future[Published]:
         record = make_record(topic, value, key, headers, partition)
