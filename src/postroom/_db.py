@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from . import _sql
-from ._compat import to_thread
+from ._acompat import to_thread
 from ._conninfo import unavailable
 from .embedded import resolve_url
 from .errors import InvalidArgument, InvalidType, PermissionDenied, SchemaNotReady

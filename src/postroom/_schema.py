@@ -28,9 +28,7 @@ class Schema:
 
     def pending_migrations(self) -> list[str]:
         with self._db.connection() as conn:
-            cur = conn.execute(
-                self._db.q("schema_exists"), {"ledger": f"{self._db.schema}.schema_migrations"}
-            )
+            cur = conn.execute(self._db.q("schema_exists"), {"schema": self._db.schema})
             row = cur.fetchone()
             applied: set[int] = set()
             if row is not None and row[0]:

@@ -26,9 +26,7 @@ class AsyncSchema:
 
     async def pending_migrations(self) -> list[str]:
         async with self._db.connection() as conn:
-            cur = await conn.execute(
-                self._db.q("schema_exists"), {"ledger": f"{self._db.schema}.schema_migrations"}
-            )
+            cur = await conn.execute(self._db.q("schema_exists"), {"schema": self._db.schema})
             row = await cur.fetchone()
             applied: set[int] = set()
             if row is not None and row[0]:

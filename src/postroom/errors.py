@@ -107,3 +107,9 @@ class PermissionDenied(PostroomError, psycopg.errors.InsufficientPrivilege):
 
     Also a psycopg ``InsufficientPrivilege``, as psycopg_pool's ``PoolTimeout`` is an
     ``OperationalError``: code that catches the driver's error keeps working."""
+
+
+class WorkerCrashed(PostroomError):
+    """A worker's background loop (claiming, write-back, heartbeat, ...) failed and cannot go
+    on: ``run()`` stopped the worker and raises this, so the process ends with an error and a
+    supervisor can restart it."""

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
 
-from .._compat import Condition, Future, Lock, gather, new_future, spawn
+from .._acompat import Condition, Future, Lock, gather, new_sync_future, spawn
 from .._db import Database
 from ..errors import InvalidArgument, ProducerClosed, TopicNotFound
 from .errors import log_errors
@@ -180,7 +180,10 @@ class Producer:
 
         with client.producer() as producer:
             future = producer.send("orders", {"id": 1}, key="customer-7")
-        print(future)  # Published(partition=2, offset=41)
+        print(future.result())  # Published(partition=2, offset=41)
+
+    ``AsyncProducer`` alike: ``async with``, ``await producer.send(...)`` returns an asyncio
+    future, ``await future``.
 
     A message that cannot be written (its partition no longer exists, the database refuses its
     content) fails its own future only; the rest of its batch is written. A batch that fails as
@@ -226,7 +229,7 @@ class Producer:
         record = make_record(topic, value, key, headers, partition)
         if partition is not None:
             self._appender.check_partition(record)
-        future: Future[Published] = new_future()
+        future: Future[Published] = new_sync_future()
         with self._buffer_lock:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")
