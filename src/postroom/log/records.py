@@ -338,3 +338,20 @@ def make_record(
         None if headers is None else encode_headers(headers),
         partition,
     )
+
+
+def batch_record(topic: str, item: Any) -> Record:
+    """One item of ``publish_batch``: a value, or a mapping with ``value`` and optional ``key``,
+    ``headers``, ``partition``."""
+    if type(item) is bytes:  # skips isinstance(item, Mapping), an ABC check: slow per item
+        return make_record(topic, item)
+    if isinstance(item, Mapping) and "value" in item:
+        extra = set(item) - {"value", "key", "headers", "partition"}
+        if extra:
+            raise InvalidArgument(
+                f"unknown message fields {sorted(extra)}: use value, key, headers, partition"
+            )
+        return make_record(
+            topic, item["value"], item.get("key"), item.get("headers"), item.get("partition")
+        )
+    return make_record(topic, item)
