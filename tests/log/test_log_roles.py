@@ -236,3 +236,27 @@ def test_roles_granted_before_0003_lose_their_table_rights(
         with role_client.consumer("g", "orders") as consumer:
             assert [m.text() for m in consumer.poll(timeout=1)] == ["still publishes"]
             consumer.commit()
+
+
+def test_the_write_path_of_older_versions_still_works_for_the_owner(
+    client: postroom.Client,
+) -> None:
+    """During a rolling upgrade, processes still running the pre-0003 write path (advance the
+    counter row, then write at the offsets it gave) keep working as the schema owner: moving
+    the counter forward records the reservation, whoever moves it."""
+    client.create_topic("orders")
+    with psycopg.connect(client.conninfo) as conn:
+        row = conn.execute(
+            "UPDATE postroom.partitions p SET next_offset = p.next_offset + 2"
+            " FROM postroom.topics t WHERE t.id = p.topic_id AND t.name = 'orders'"
+            " RETURNING p.topic_id, p.next_offset - 2"
+        ).fetchone()
+        assert row is not None
+        tid, first = row
+        with conn.cursor().copy(
+            'COPY postroom.messages (topic_id, partition, "offset", value) FROM STDIN'
+        ) as copy:
+            copy.write_row((tid, 0, first, b"a"))
+            copy.write_row((tid, 0, first + 1, b"b"))
+    with client.consumer("g", "orders") as consumer:
+        assert [m.text() for m in consumer.poll(timeout=1)] == ["a", "b"]

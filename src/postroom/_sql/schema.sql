@@ -171,6 +171,24 @@ CREATE FUNCTION {schema}._mul32(a bigint, b bigint) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN (((a * (b & (65535)::bigint)) + (((a * (b >> 16)) & (65535)::bigint) << 16)) & '4294967295'::bigint);
 
+CREATE FUNCTION {schema}._note_reservation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.next_offset > OLD.next_offset THEN
+        -- A second reservation in the same transaction extends the first.
+        IF OLD.reserved_by IS DISTINCT FROM pg_current_xact_id() THEN
+            NEW.reserved_from := OLD.next_offset;
+        END IF;
+        NEW.reserved_by := pg_current_xact_id();
+    END IF;
+    RETURN NEW;
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}._parent_dead() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -814,10 +832,7 @@ BEGIN
     FOR p IN SELECT DISTINCT x FROM unnest(parts) AS x ORDER BY 1 LOOP
         n := cardinality(array_positions(parts, p));
         UPDATE {schema}.partitions c
-        SET next_offset = c.next_offset + n,
-            reserved_from = CASE WHEN c.reserved_by = pg_current_xact_id()
-                                 THEN c.reserved_from ELSE c.next_offset END,
-            reserved_by = pg_current_xact_id()
+        SET next_offset = c.next_offset + n  -- partitions_note_reservation records it
         WHERE c.topic_id = t.id AND c.partition = p
         RETURNING c.next_offset - n INTO first_offset;
         firsts[p + 1] := first_offset;
@@ -892,11 +907,7 @@ BEGIN
         FOR UPDATE OF p
     ), reserved AS (
         UPDATE {schema}.partitions p
-        SET next_offset = p.next_offset + w.n,
-            -- A second reservation in the same transaction extends the first.
-            reserved_from = CASE WHEN p.reserved_by = pg_current_xact_id()
-                                 THEN p.reserved_from ELSE p.next_offset END,
-            reserved_by = pg_current_xact_id()
+        SET next_offset = p.next_offset + w.n  -- partitions_note_reservation records it
         FROM locked l, wanted w
         WHERE p.topic_id = l.topic_id AND p.partition = l.partition
           AND w.topic_id = l.topic_id AND w.partition = l.partition
@@ -1199,6 +1210,8 @@ CREATE TRIGGER jobs_parent_left AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN 
 
 CREATE TRIGGER messages_offsets_reserved AFTER INSERT ON {schema}.messages REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION {schema}._check_reserved_offsets();
 
+CREATE TRIGGER partitions_note_reservation BEFORE UPDATE OF next_offset ON {schema}.partitions FOR EACH ROW EXECUTE FUNCTION {schema}._note_reservation();
+
 ALTER TABLE ONLY {schema}.cursors
     ADD CONSTRAINT cursors_topic_id_partition_fkey FOREIGN KEY (topic_id, partition) REFERENCES {schema}.partitions(topic_id, partition) ON DELETE CASCADE;
 
@@ -1206,6 +1219,8 @@ ALTER TABLE ONLY {schema}.partitions
     ADD CONSTRAINT partitions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES {schema}.topics(id) ON DELETE CASCADE;
 
 REVOKE ALL ON FUNCTION {schema}._check_reserved_offsets() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._note_reservation() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.claim_range(group_name text, topic_ids integer[], partitions integer[], max_messages integer) FROM PUBLIC;
 

@@ -48,11 +48,31 @@ ALTER TABLE {schema}.messages
 -- 2. Reserved offsets -----------------------------------------------------------------------
 
 -- The open reservation on a counter row: the transaction that last reserved offsets on it and
--- the first offset it reserved (the range ends at next_offset). Only reserve_offsets and
--- publish_batch (SECURITY DEFINER) write them; the messages trigger reads them.
+-- the first offset it reserved (the range ends at next_offset). Set by the row trigger below
+-- whenever next_offset moves forward, whoever moves it (reserve_offsets, publish_batch, or the
+-- write path of a postroom version older than this migration, run by the schema owner during a
+-- rolling upgrade); the messages trigger reads them.
 ALTER TABLE {schema}.partitions
     ADD COLUMN reserved_by xid8,
     ADD COLUMN reserved_from bigint;
+
+CREATE FUNCTION {schema}._note_reservation() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NEW.next_offset > OLD.next_offset THEN
+        -- A second reservation in the same transaction extends the first.
+        IF OLD.reserved_by IS DISTINCT FROM pg_current_xact_id() THEN
+            NEW.reserved_from := OLD.next_offset;
+        END IF;
+        NEW.reserved_by := pg_current_xact_id();
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER partitions_note_reservation
+BEFORE UPDATE OF next_offset ON {schema}.partitions
+FOR EACH ROW EXECUTE FUNCTION {schema}._note_reservation();
 
 -- Reserves counts[i] offsets on each (topic_ids[i], partitions[i]) counter row for the calling
 -- transaction and returns the first of each range; the caller then writes the messages at those
@@ -89,11 +109,7 @@ BEGIN
         FOR UPDATE OF p
     ), reserved AS (
         UPDATE {schema}.partitions p
-        SET next_offset = p.next_offset + w.n,
-            -- A second reservation in the same transaction extends the first.
-            reserved_from = CASE WHEN p.reserved_by = pg_current_xact_id()
-                                 THEN p.reserved_from ELSE p.next_offset END,
-            reserved_by = pg_current_xact_id()
+        SET next_offset = p.next_offset + w.n  -- partitions_note_reservation records it
         FROM locked l, wanted w
         WHERE p.topic_id = l.topic_id AND p.partition = l.partition
           AND w.topic_id = l.topic_id AND w.partition = l.partition
@@ -177,10 +193,7 @@ BEGIN
     FOR p IN SELECT DISTINCT x FROM unnest(parts) AS x ORDER BY 1 LOOP
         n := cardinality(array_positions(parts, p));
         UPDATE {schema}.partitions c
-        SET next_offset = c.next_offset + n,
-            reserved_from = CASE WHEN c.reserved_by = pg_current_xact_id()
-                                 THEN c.reserved_from ELSE c.next_offset END,
-            reserved_by = pg_current_xact_id()
+        SET next_offset = c.next_offset + n  -- partitions_note_reservation records it
         WHERE c.topic_id = t.id AND c.partition = p
         RETURNING c.next_offset - n INTO first_offset;
         firsts[p + 1] := first_offset;
@@ -365,7 +378,8 @@ REVOKE EXECUTE ON FUNCTION
     {schema}.ensure_cursors(text, integer[], integer[], text),
     {schema}.commit_cursors(text, integer[], integer[], bigint[]),
     {schema}.claim_range(text, integer[], integer[], integer),
-    {schema}._check_reserved_offsets()
+    {schema}._check_reserved_offsets(),
+    {schema}._note_reservation()
 FROM PUBLIC;
 
 -- Roles granted "producer" or "consumer" before this migration had table rights that let them
