@@ -18,69 +18,69 @@ from postroom.errors import InvalidArgument, PermissionDenied, PostroomError, Ro
 
 
 @pytest.fixture
-def topic(client: postroom.Client) -> str:
-    client.create_topic("t")
+def topic(any_client: postroom.Client) -> str:
+    any_client.create_topic("t")
     return "t"
 
 
-def test_nul_in_a_header_value(client: postroom.Client, topic: str) -> None:
+def test_nul_in_a_header_value(any_client: postroom.Client, topic: str) -> None:
     with pytest.raises(InvalidArgument, match=r"header 'h'.*NUL"):
-        client.publish(topic, "v", headers={"h": "a\x00b"})
+        any_client.publish(topic, "v", headers={"h": "a\x00b"})
 
 
-def test_nul_in_a_header_name(client: postroom.Client, topic: str) -> None:
+def test_nul_in_a_header_name(any_client: postroom.Client, topic: str) -> None:
     with pytest.raises(InvalidArgument, match=r"header name.*NUL"):
-        client.publish(topic, "v", headers={"a\x00": "v"})
+        any_client.publish(topic, "v", headers={"a\x00": "v"})
 
 
-def test_lone_surrogate_in_a_header_value(client: postroom.Client, topic: str) -> None:
+def test_lone_surrogate_in_a_header_value(any_client: postroom.Client, topic: str) -> None:
     with pytest.raises(InvalidArgument, match=r"value of header 'h'.*lone surrogate"):
-        client.publish(topic, "v", headers={"h": "x\udc80"})
+        any_client.publish(topic, "v", headers={"h": "x\udc80"})
 
 
-def test_lone_surrogate_in_a_header_name(client: postroom.Client, topic: str) -> None:
+def test_lone_surrogate_in_a_header_name(any_client: postroom.Client, topic: str) -> None:
     with pytest.raises(InvalidArgument, match=r"header name.*lone surrogate"):
-        client.publish(topic, "v", headers={"\ud800": "v"})
+        any_client.publish(topic, "v", headers={"\ud800": "v"})
 
 
-def test_lone_surrogate_in_a_key(client: postroom.Client, topic: str) -> None:
+def test_lone_surrogate_in_a_key(any_client: postroom.Client, topic: str) -> None:
     with pytest.raises(InvalidArgument, match=r"invalid key.*lone surrogate"):
-        client.publish(topic, "v", key="k\udc80")
+        any_client.publish(topic, "v", key="k\udc80")
 
 
-def test_lone_surrogate_in_a_value(client: postroom.Client, topic: str) -> None:
+def test_lone_surrogate_in_a_value(any_client: postroom.Client, topic: str) -> None:
     with pytest.raises(InvalidArgument, match=r"invalid value.*lone surrogate"):
-        client.publish_batch(topic, ["ok", "bad\udc80"])
-    assert client.describe_topic(topic).high_water == 0
+        any_client.publish_batch(topic, ["ok", "bad\udc80"])
+    assert any_client.describe_topic(topic).high_water == 0
 
 
-def test_nul_in_a_key_or_value_is_fine(client: postroom.Client, topic: str) -> None:
+def test_nul_in_a_key_or_value_is_fine(any_client: postroom.Client, topic: str) -> None:
     # Keys and values are bytes (bytea): NUL is data there, not an error.
-    assert client.publish(topic, "a\x00b", key="k\x00").offset == 0
+    assert any_client.publish(topic, "a\x00b", key="k\x00").offset == 0
 
 
-def test_grant_to_a_missing_role(client: postroom.Client) -> None:
+def test_grant_to_a_missing_role(any_client: postroom.Client) -> None:
     with pytest.raises(RoleNotFound, match="role 'nobody_here_at_all' does not exist"):
-        client.grant("nobody_here_at_all", "producer")
+        any_client.grant("nobody_here_at_all", "producer")
 
 
 @pytest.fixture
-def consumer_role(client: postroom.Client) -> Iterator[str]:
+def consumer_role(any_client: postroom.Client) -> Iterator[str]:
     name = f"postroom_err_role_{os.getpid()}"
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+    with psycopg.connect(any_client.conninfo, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    client.grant(name, "consumer")
+    any_client.grant(name, "consumer")
     yield name
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+    with psycopg.connect(any_client.conninfo, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
 
 def test_permission_denied_for_a_least_privilege_role(
-    client: postroom.Client, topic: str, consumer_role: str
+    any_client: postroom.Client, topic: str, consumer_role: str
 ) -> None:
-    with postroom.connect(make_conninfo(client.conninfo, user=consumer_role)) as as_consumer:
+    with postroom.connect(make_conninfo(any_client.conninfo, user=consumer_role)) as as_consumer:
         with pytest.raises(PermissionDenied, match=r"permission denied.*grant") as caught:
             as_consumer.create_topic("other")
         with pytest.raises(PermissionDenied):
@@ -92,9 +92,9 @@ def test_permission_denied_for_a_least_privilege_role(
 
 
 def test_permission_denied_in_the_cli_is_one_line(
-    client: postroom.Client, topic: str, consumer_role: str
+    any_client: postroom.Client, topic: str, consumer_role: str
 ) -> None:
-    url = make_conninfo(client.conninfo, user=consumer_role)
+    url = make_conninfo(any_client.conninfo, user=consumer_role)
     result = CliRunner().invoke(app, ["--url", url, "topic", "create", "other"])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: permission denied")

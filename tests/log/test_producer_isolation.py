@@ -12,9 +12,9 @@ from postroom.log import records
 from postroom.log.records import MAX_VALUE_BYTES
 
 
-def test_send_refuses_a_partition_out_of_range_at_once(client: postroom.Client) -> None:
-    client.create_topic("t", partitions=2)
-    with client.producer(linger_ms=1000) as producer:
+def test_send_refuses_a_partition_out_of_range_at_once(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", partitions=2)
+    with any_client.producer(linger_ms=1000) as producer:
         good = producer.send("t", "a", partition=1)
         with pytest.raises(InvalidArgument, match=r"partition 2 does not exist.*0\.\.1"):
             producer.send("t", "b", partition=2)
@@ -31,10 +31,10 @@ def test_send_refuses_a_partition_out_of_range_at_once(client: postroom.Client) 
     ids=["NUL in a value", "NUL in a name", "lone surrogate"],
 )
 def test_send_refuses_bad_headers_at_once(
-    client: postroom.Client, headers: dict[str, str], named: str
+    any_client: postroom.Client, headers: dict[str, str], named: str
 ) -> None:
-    client.create_topic("t")
-    with client.producer(linger_ms=1000) as producer:
+    any_client.create_topic("t")
+    with any_client.producer(linger_ms=1000) as producer:
         good = producer.send("t", "a")
         with pytest.raises(InvalidArgument, match=named):
             producer.send("t", "b", headers=headers)
@@ -43,13 +43,13 @@ def test_send_refuses_bad_headers_at_once(
 
 
 def test_a_record_refused_at_write_time_fails_only_its_own_future(
-    client: postroom.Client, monkeypatch: pytest.MonkeyPatch
+    any_client: postroom.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A value the Python check lets through (its limit raised here) but the database refuses:
     # the stand-in for anything only the write can find out.
-    client.create_topic("t")
+    any_client.create_topic("t")
     monkeypatch.setattr(records, "MAX_VALUE_BYTES", 2 * MAX_VALUE_BYTES)
-    with client.producer(linger_ms=60_000, batch_size=100) as producer:
+    with any_client.producer(linger_ms=60_000, batch_size=100) as producer:
         futures = [producer.send("t", f"m{i}") for i in range(7)]
         bad = producer.send("t", b"x" * (MAX_VALUE_BYTES + 1))
         futures += [producer.send("t", f"m{i}") for i in range(7, 12)]
@@ -57,20 +57,20 @@ def test_a_record_refused_at_write_time_fails_only_its_own_future(
     with pytest.raises(MessageTooLarge):
         bad.result(timeout=10)
     assert sorted(f.result(timeout=10).offset for f in futures) == list(range(12))
-    with client.consumer("g", "t") as consumer:
+    with any_client.consumer("g", "t") as consumer:
         assert [m.text() for m in consumer.poll(timeout=1)] == [f"m{i}" for i in range(12)]
 
 
 def test_a_partition_gone_at_write_time_fails_only_its_own_future(
-    client: postroom.Client,
+    any_client: postroom.Client,
 ) -> None:
-    client.create_topic("t", partitions=3)
-    with client.producer(linger_ms=60_000) as producer:
+    any_client.create_topic("t", partitions=3)
+    with any_client.producer(linger_ms=60_000) as producer:
         good = producer.send("t", "a", partition=0)
         doomed = producer.send("t", "b", partition=2)
         # The topic is recreated with fewer partitions before the batch is written.
-        client.delete_topic("t")
-        client.create_topic("t", partitions=1)
+        any_client.delete_topic("t")
+        any_client.create_topic("t", partitions=1)
         producer._appender._topics.forget("t")  # as after METADATA_MAX_AGE
         producer.flush()
     with pytest.raises(InvalidArgument, match="partition 2 does not exist"):

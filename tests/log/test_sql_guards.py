@@ -15,17 +15,26 @@ from postroom.log import records
 from postroom.log.records import INVALID_HEADERS, MAX_HEADER_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES
 
 
-def sql_publish(client: postroom.Client, value: bytes, key: bytes | None, headers: object) -> None:
-    with psycopg.connect(client.conninfo) as conn:
+def sql_publish(
+    any_client: postroom.Client, value: bytes, key: bytes | None, headers: object
+) -> None:
+    with psycopg.connect(any_client.conninfo) as conn:
         conn.execute(
             "SELECT * FROM postroom.publish('t', %s::bytea, %s::bytea, %s)",
             [value, key, None if headers is None else Jsonb(headers)],
         )
 
 
-def refused_by(client: postroom.Client, constraint: str, **message: object) -> None:
+def refused_by(
+    any_client: postroom.Client,
+    constraint: str,
+    *,
+    value: bytes = b"v",
+    key: bytes | None = None,
+    headers: object = None,
+) -> None:
     with pytest.raises(psycopg.errors.CheckViolation) as caught:
-        sql_publish(client, message.get("value", b"v"), message.get("key"), message.get("headers"))  # type: ignore[arg-type]
+        sql_publish(any_client, value, key, headers)
     assert caught.value.diag.constraint_name == constraint
 
 
@@ -33,48 +42,48 @@ def refused_by(client: postroom.Client, constraint: str, **message: object) -> N
     "headers", [[1, 2], "text", 7, True], ids=["array", "string", "number", "bool"]
 )
 def test_headers_that_are_json_but_not_an_object_are_refused(
-    client: postroom.Client, headers: object
+    any_client: postroom.Client, headers: object
 ) -> None:
-    client.create_topic("t")
-    refused_by(client, "messages_headers_shape", headers=headers)
-    assert client.describe_topic("t").high_water == 0
+    any_client.create_topic("t")
+    refused_by(any_client, "messages_headers_shape", headers=headers)
+    assert any_client.describe_topic("t").high_water == 0
 
 
-def test_header_count_and_size_limits_hold_in_sql(client: postroom.Client) -> None:
-    client.create_topic("t")
-    refused_by(client, "messages_headers_shape", headers={f"h{i}": "x" for i in range(65)})
-    refused_by(client, "messages_headers_shape", headers={"h": "x" * MAX_HEADER_BYTES})
-    refused_by(client, "messages_headers_shape", headers={"": "empty name"})
+def test_header_count_and_size_limits_hold_in_sql(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    refused_by(any_client, "messages_headers_shape", headers={f"h{i}": "x" for i in range(65)})
+    refused_by(any_client, "messages_headers_shape", headers={"h": "x" * MAX_HEADER_BYTES})
+    refused_by(any_client, "messages_headers_shape", headers={"": "empty name"})
     # What the Python API accepts at its limits, the database accepts too.
-    sql_publish(client, b"v", None, {f"h{i}": "x" for i in range(64)})
-    client.publish("t", b"v", headers={"h": "x" * (MAX_HEADER_BYTES - 1)})
-    client.publish("t", b"v", headers={"b": b"\xff" * (MAX_HEADER_BYTES - 1)})
-    client.publish("t", b"v", headers={"b": b"\xff" * (MAX_HEADER_BYTES - 2)})  # b64 padding
-    assert client.describe_topic("t").high_water == 4
+    sql_publish(any_client, b"v", None, {f"h{i}": "x" for i in range(64)})
+    any_client.publish("t", b"v", headers={"h": "x" * (MAX_HEADER_BYTES - 1)})
+    any_client.publish("t", b"v", headers={"b": b"\xff" * (MAX_HEADER_BYTES - 1)})
+    any_client.publish("t", b"v", headers={"b": b"\xff" * (MAX_HEADER_BYTES - 2)})  # b64 padding
+    assert any_client.describe_topic("t").high_water == 4
 
 
-def test_key_and_value_size_limits_hold_in_sql(client: postroom.Client) -> None:
-    client.create_topic("t")
-    refused_by(client, "messages_key_size", key=b"k" * (MAX_KEY_BYTES + 1))
-    refused_by(client, "messages_value_size", value=b"v" * (MAX_VALUE_BYTES + 1))
-    sql_publish(client, b"v" * MAX_VALUE_BYTES, b"k" * MAX_KEY_BYTES, None)
-    assert client.describe_topic("t").high_water == 1
+def test_key_and_value_size_limits_hold_in_sql(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    refused_by(any_client, "messages_key_size", key=b"k" * (MAX_KEY_BYTES + 1))
+    refused_by(any_client, "messages_value_size", value=b"v" * (MAX_VALUE_BYTES + 1))
+    sql_publish(any_client, b"v" * MAX_VALUE_BYTES, b"k" * MAX_KEY_BYTES, None)
+    assert any_client.describe_topic("t").high_water == 1
 
 
 def test_a_limit_the_database_holds_is_a_postroom_error(
-    client: postroom.Client, monkeypatch: pytest.MonkeyPatch
+    any_client: postroom.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Were the Python check ever looser than the database's, the caller still gets one clear
     # postroom error naming the limit, not a raw CHECK violation.
-    client.create_topic("t")
+    any_client.create_topic("t")
     monkeypatch.setattr(records, "MAX_VALUE_BYTES", 2 * MAX_VALUE_BYTES)
     with pytest.raises(MessageTooLarge, match=f"larger than {MAX_VALUE_BYTES} bytes"):
-        client.publish("t", b"v" * (MAX_VALUE_BYTES + 1))
+        any_client.publish("t", b"v" * (MAX_VALUE_BYTES + 1))
 
 
-def _plant_bad_row(client: postroom.Client, headers: str) -> None:
+def _plant_bad_row(any_client: postroom.Client, headers: str) -> None:
     """A row stored before migration 0003 added the CHECK (as an upgraded install has)."""
-    with psycopg.connect(client.conninfo) as conn:
+    with psycopg.connect(any_client.conninfo) as conn:
         row = conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
             " WHERE conname = 'messages_headers_shape'"
@@ -95,13 +104,13 @@ def _plant_bad_row(client: postroom.Client, headers: str) -> None:
 
 @pytest.mark.parametrize("stored", ["[1, 2]", '"text"', "[]", '{"h": {"b64": "!!not base64"}}'])
 def test_a_stored_bad_row_is_delivered_with_flagged_headers(
-    client: postroom.Client, stored: str
+    any_client: postroom.Client, stored: str
 ) -> None:
-    client.create_topic("t")
-    client.publish("t", "before")
-    _plant_bad_row(client, stored)
-    client.publish("t", "after")
-    with client.consumer("g", "t") as consumer:
+    any_client.create_topic("t")
+    any_client.publish("t", "before")
+    _plant_bad_row(any_client, stored)
+    any_client.publish("t", "after")
+    with any_client.consumer("g", "t") as consumer:
         messages = consumer.poll(timeout=1)
         consumer.commit()
     assert [m.value for m in messages] == [b"before", b"bad", b"after"]
@@ -111,17 +120,17 @@ def test_a_stored_bad_row_is_delivered_with_flagged_headers(
     else:
         assert set(bad.headers) == {INVALID_HEADERS}
         assert str(bad.headers[INVALID_HEADERS]).replace(" ", "") == stored.replace(" ", "")
-    assert client.describe_group("g").lag == 0
+    assert any_client.describe_group("g").lag == 0
 
 
 def test_a_stored_bad_row_does_not_block_transactional_consumption(
-    client: postroom.Client,
+    any_client: postroom.Client,
 ) -> None:
-    client.create_topic("t")
-    _plant_bad_row(client, "[1]")
-    client.publish("t", "after")
-    with client.consumer("g", "t") as consumer:
+    any_client.create_topic("t")
+    _plant_bad_row(any_client, "[1]")
+    any_client.publish("t", "after")
+    with any_client.consumer("g", "t") as consumer:
         with consumer.transaction(timeout=1) as batch:
             delivered = [(m.value, dict(m.headers)) for m in batch]
     assert delivered == [(b"bad", {INVALID_HEADERS: "[1]"}), (b"after", {})]
-    assert client.describe_group("g").lag == 0
+    assert any_client.describe_group("g").lag == 0
