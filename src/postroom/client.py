@@ -12,7 +12,7 @@ from typing import Any, Unpack, cast
 
 from ._db import Database, open_database
 from ._schema import Schema
-from .errors import InvalidArgument, InvalidName
+from .errors import InvalidName
 from .log.admin import LogAdmin
 from .log.consumer import Consumer, OffsetReset
 from .log.metadata import TopicCache
@@ -21,10 +21,10 @@ from .log.records import (
     GroupInfo,
     HeaderValue,
     Published,
-    Record,
     TopicInfo,
     TopicPartition,
     Value,
+    batch_record,
     make_record,
 )
 from .queue.backoff import Backoff
@@ -183,23 +183,8 @@ class Client:
 
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call."""
-        records = [self._batch_record(topic, item) for item in messages]
+        records = [batch_record(topic, item) for item in messages]
         return self._appender.append(records, conn)
-
-    @staticmethod
-    def _batch_record(topic: str, item: Any) -> Record:
-        if type(item) is bytes:  # skips isinstance(item, Mapping), an ABC check: slow per item
-            return make_record(topic, item)
-        if isinstance(item, Mapping) and "value" in item:
-            extra = set(item) - {"value", "key", "headers", "partition"}
-            if extra:
-                raise InvalidArgument(
-                    f"unknown message fields {sorted(extra)}: use value, key, headers, partition"
-                )
-            return make_record(
-                topic, item["value"], item.get("key"), item.get("headers"), item.get("partition")
-            )
-        return make_record(topic, item)
 
     def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> Producer:
         """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``."""

@@ -6,6 +6,8 @@ the matching built-in (``ValueError``, ``TypeError``, ``LookupError``) so generi
 
 from __future__ import annotations
 
+import psycopg
+
 
 class PostroomError(Exception):
     """Base class of every error postroom raises on purpose."""
@@ -98,6 +100,13 @@ class DatabaseUnavailable(PostroomError):
 
 class RoleNotFound(NotFound):
     """``grant()`` named a database role that does not exist."""
+
+
+class PermissionDenied(PostroomError, psycopg.errors.InsufficientPrivilege):
+    """The database role connected lacks a right this operation needs (see ``grant()``).
+
+    Also a psycopg ``InsufficientPrivilege``, as psycopg_pool's ``PoolTimeout`` is an
+    ``OperationalError``: code that catches the driver's error keeps working."""
 
 
 class WorkerCrashed(PostroomError):
