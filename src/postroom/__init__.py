@@ -13,6 +13,7 @@ with psycopg.connect(url) as conn:   # your transaction: the row and its event c
 from . import errors
 from .client import Client, connect
 from .client_async import AsyncClient, connect_async
+from .errors import Cancel, Snooze
 from .log.consumer import Batch, Consumer
 from .log.consumer_async import AsyncBatch, AsyncConsumer
 from .log.partitioner import murmur2, partition_for_key
@@ -28,6 +29,7 @@ from .log.records import (
     TopicPartition,
 )
 from .queue.backoff import Backoff
+from .queue.context import JobContext
 from .queue.jobs import Job, JobFunction
 from .queue.jobs_async import AsyncJob, AsyncJobFunction
 from .queue.records import JobInfo, JobStats, QueueCount
@@ -44,10 +46,12 @@ __all__ = [
     "AsyncWorker",
     "Backoff",
     "Batch",
+    "Cancel",
     "Client",
     "Consumer",
     "GroupInfo",
     "Job",
+    "JobContext",
     "JobFunction",
     "JobInfo",
     "JobStats",
@@ -57,6 +61,7 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Snooze",
     "TopicInfo",
     "TopicPartition",
     "Worker",

@@ -24,6 +24,7 @@ from ..errors import (
     UniqueKeyTaken,
 )
 from .cron import Cron, parse_cron
+from .hooks import Hooks
 from .records import (
     Enqueued,
     JobDefinition,
@@ -75,6 +76,7 @@ class Jobs:
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
+        self.hooks = Hooks()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -185,6 +187,11 @@ class Jobs:
 
     def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         """Insert the jobs in one transaction (the caller's with ``conn``)."""
+        if self.hooks.enqueue:  # middleware registered on the client (hooks)
+            return self.hooks.around_enqueue(self._enqueue, requests, conn)
+        return self._enqueue(requests, conn)
+
+    def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         if not requests:
             return []
         results: list[Enqueued] = []
