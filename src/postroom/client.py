@@ -474,8 +474,8 @@ class Client:
         backoff: Backoff | None = None,
         max_concurrency: int | None = None,
         rate_limit: float | None = None,
-        retry_on: Iterable[type[BaseException]] | None = None,
-        no_retry_on: Iterable[type[BaseException]] | None = None,
+        retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
+        no_retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
     ) -> Callable[[Callable[..., Any]], JobFunction]:
         """Register a job kind (default: the function's name) and its defaults.
 

@@ -472,8 +472,8 @@ class AsyncClient:
         backoff: Backoff | None = None,
         max_concurrency: int | None = None,
         rate_limit: float | None = None,
-        retry_on: Iterable[type[BaseException]] | None = None,
-        no_retry_on: Iterable[type[BaseException]] | None = None,
+        retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
+        no_retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
     ) -> Callable[[Callable[..., Any]], AsyncJobFunction]:
         """Register a job kind (default: the function's name) and its defaults.
 

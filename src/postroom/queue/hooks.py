@@ -43,8 +43,10 @@ class Hooks:
             raise InvalidType(f"invalid middleware {func!r}: pass a function (job, call_next)")
         if inspect.iscoroutinefunction(func) and not IS_ASYNC:
             raise InvalidType(
-                f"middleware {func.__name__}: a coroutine function; register it on an "
-                "Client (its def jobs run on a loop)"
+                f"middleware {func.__name__}: a coroutine function; register it on a "
+                # (split so the sync generator leaves the class name alone)
+                "postroom.Async"
+                "Client, whose workers run coroutine jobs on an event loop"
             )
         self.execution.append(func)
 

@@ -337,7 +337,7 @@ def _takes_context(kind: str, signature: inspect.Signature) -> bool:
 
 
 def _exception_types(
-    kind: str, what: str, types: Iterable[type[BaseException]] | None
+    kind: str, what: str, types: type[BaseException] | Iterable[type[BaseException]] | None
 ) -> tuple[type[BaseException], ...]:
     if types is None:
         return ()

@@ -51,7 +51,8 @@ class Rescuer:
 
     def run(self) -> None:
         next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
-        next_check = time.monotonic() + (self._warn_after or 0.0) / 2
+        check_interval = min(CHECK_INTERVAL, self._warn_after or CHECK_INTERVAL)
+        next_check = time.monotonic() + check_interval / 2
         while not self._stopping.is_set():
             self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
             if self._stopping.is_set():
@@ -63,7 +64,7 @@ class Rescuer:
                     self._jobs.purge("done", self._keep_finished)
                     self._jobs.purge("cancelled", self._keep_finished)
                 if self._warn_after is not None and time.monotonic() >= next_check:
-                    next_check = time.monotonic() + CHECK_INTERVAL
+                    next_check = time.monotonic() + check_interval
                     self.warn_unregistered()
             except psycopg.Error as exc:
                 log.warning("queue maintenance failed: %s", exc)

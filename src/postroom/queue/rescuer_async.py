@@ -49,7 +49,8 @@ class AsyncRescuer:
 
     async def run(self) -> None:
         next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
-        next_check = time.monotonic() + (self._warn_after or 0.0) / 2
+        check_interval = min(CHECK_INTERVAL, self._warn_after or CHECK_INTERVAL)
+        next_check = time.monotonic() + check_interval / 2
         while not self._stopping.is_set():
             await self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
             if self._stopping.is_set():
@@ -61,7 +62,7 @@ class AsyncRescuer:
                     await self._jobs.purge("done", self._keep_finished)
                     await self._jobs.purge("cancelled", self._keep_finished)
                 if self._warn_after is not None and time.monotonic() >= next_check:
-                    next_check = time.monotonic() + CHECK_INTERVAL
+                    next_check = time.monotonic() + check_interval
                     await self.warn_unregistered()
             except psycopg.Error as exc:
                 log.warning("queue maintenance failed: %s", exc)
