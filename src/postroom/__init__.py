@@ -1,4 +1,5 @@
-"""postroom: PostgreSQL as message infrastructure, a partitioned log with consumer groups.
+"""postroom: PostgreSQL as message infrastructure: a partitioned log with consumer groups, a job
+queue and a transactional outbox.
 
 import postroom
 

@@ -98,6 +98,10 @@ class DatabaseUnavailable(PostroomError):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
 
 
+class RoleNotFound(NotFound):
+    """``grant()`` named a database role that does not exist."""
+
+
 class WorkerCrashed(PostroomError):
     """A worker's background loop (claiming, write-back, heartbeat, ...) failed and cannot go
     on: ``run()`` stopped the worker and raises this, so the process ends with an error and a

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from .._compat import sleep
+from .._acompat import sleep
 from .._db import Database
 from ..errors import InvalidArgument, OffsetOutOfRange
 from .metadata import TopicCache, TopicMeta
@@ -70,6 +70,8 @@ class Consumer:
             for message in consumer.poll(timeout=1.0):
                 handle(message)
             consumer.commit()
+
+    (``AsyncConsumer``: ``async with``, ``await consumer.poll(...)``, ``await consumer.commit()``.)
 
     A new group starts at ``auto_offset_reset``: the earliest retained message or the latest.
     Not safe to share between tasks; use one consumer per task.
@@ -330,9 +332,9 @@ class Consumer:
         partitions meanwhile (SKIP LOCKED). Waits up to ``timeout`` seconds for messages; the
         batch may be empty.
 
-            with consumer.transaction() as batch:
+            with consumer.transaction() as batch:  # async with, for AsyncConsumer
                 for message in batch:
-                    batch.connection.execute("INSERT INTO invoices ...", ...)
+                    batch.connection.execute("INSERT INTO invoices ...", ...)  # awaited
         """
         if max_messages < 1:
             raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from .._compat import Condition, sleep
+from .._acompat import Condition, sleep
 from .._db import Database
 from .fetcher import Fetcher
 from .outcomes import HeldJobs, Outcome, OutcomeKind, unstorable

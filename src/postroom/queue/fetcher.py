@@ -20,7 +20,7 @@ from datetime import timedelta
 
 import psycopg
 
-from .._compat import Condition, Lock
+from .._acompat import Condition, Lock
 from .._db import Database
 from .outcomes import Claimed, HeldJobs
 

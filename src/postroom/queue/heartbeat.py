@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import psycopg
 
-from .._compat import Event
+from .._acompat import Event
 from .._db import Database
 from ..errors import JobInterrupted
 from .outcomes import Claimed, HeldJobs

@@ -16,10 +16,10 @@
             return call_next()
 
 Execution middleware runs where the job runs, in the flavour of the job's function: plain
-middleware around plain-function jobs (in the job's thread), ``def`` middleware around
-``def`` jobs (on the loop); register both flavours to cover both kinds of job. Each
+middleware around plain-function jobs (in the job's thread), ``async def`` middleware around
+``async def`` jobs (on the loop); register both flavours to cover both kinds of job. Each
 kind's chain is built once, at its first job in a worker: a job kind no middleware wraps
-pays nothing. Enqueue middleware has the client's flavour (``def`` on Client) and
+pays nothing. Enqueue middleware has the client's flavour (``async def`` on AsyncClient) and
 may pass a replaced list of requests to ``call_next(requests)``.
 """
 
@@ -29,30 +29,28 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .._compat import IS_ASYNC
 from ..errors import InvalidType
 
 
 class Hooks:
     def __init__(self) -> None:
+        self._coroutines = False  # this flavour's enqueue middleware are coroutines
         self.execution: list[Callable[..., Any]] = []
         self.enqueue: list[Callable[..., Any]] = []
 
     def add_execution(self, func: Callable[..., Any]) -> None:
         if not callable(func):
             raise InvalidType(f"invalid middleware {func!r}: pass a function (job, call_next)")
-        if inspect.iscoroutinefunction(func) and not IS_ASYNC:
+        if inspect.iscoroutinefunction(func) and not self._coroutines:
             raise InvalidType(
                 f"middleware {func.__name__}: a coroutine function; register it on a "
-                # (split so the sync generator leaves the class name alone)
-                "postroom.Async"
-                "Client, whose workers run coroutine jobs on an event loop"
+                "postroom.AsyncClient, whose workers run coroutine jobs on an event loop"
             )
         self.execution.append(func)
 
     def add_enqueue(self, func: Callable[..., Any]) -> None:
-        if not callable(func) or inspect.iscoroutinefunction(func) != IS_ASYNC:
-            flavour = "an def function" if IS_ASYNC else "a plain (not async) function"
+        if not callable(func) or inspect.iscoroutinefunction(func) is not self._coroutines:
+            flavour = "an async def" if self._coroutines else "a plain (not async) function"
             raise InvalidType(
                 f"invalid enqueue middleware {func!r}: pass {flavour} (requests, call_next)"
             )

@@ -33,24 +33,23 @@ from ..errors import InvalidType
 
 class AsyncHooks:
     def __init__(self) -> None:
+        self._coroutines = IS_ASYNC  # this flavour's enqueue middleware are coroutines
         self.execution: list[Callable[..., Any]] = []
         self.enqueue: list[Callable[..., Any]] = []
 
     def add_execution(self, func: Callable[..., Any]) -> None:
         if not callable(func):
             raise InvalidType(f"invalid middleware {func!r}: pass a function (job, call_next)")
-        if inspect.iscoroutinefunction(func) and not IS_ASYNC:
+        if inspect.iscoroutinefunction(func) and not self._coroutines:
             raise InvalidType(
                 f"middleware {func.__name__}: a coroutine function; register it on a "
-                # (split so the sync generator leaves the class name alone)
-                "postroom.Async"
-                "Client, whose workers run coroutine jobs on an event loop"
+                "postroom.AsyncClient, whose workers run coroutine jobs on an event loop"
             )
         self.execution.append(func)
 
     def add_enqueue(self, func: Callable[..., Any]) -> None:
-        if not callable(func) or inspect.iscoroutinefunction(func) != IS_ASYNC:
-            flavour = "an async def function" if IS_ASYNC else "a plain (not async) function"
+        if not callable(func) or inspect.iscoroutinefunction(func) is not self._coroutines:
+            flavour = "an async def" if self._coroutines else "a plain (not async) function"
             raise InvalidType(
                 f"invalid enqueue middleware {func!r}: pass {flavour} (requests, call_next)"
             )

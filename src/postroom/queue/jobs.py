@@ -1,6 +1,6 @@
 # Generated from src/postroom/queue/jobs_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""Registering, enqueueing and administering jobs; the worker lives in ``worker``."""
+"""Registering, enqueueing and administering jobs; the worker lives in ``worker(_async)``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from .._compat import sleep
+from .._acompat import sleep
 from .._db import Database
 from ..errors import (
     InvalidArgument,
@@ -187,7 +187,7 @@ class Jobs:
 
     def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         """Insert the jobs in one transaction (the caller's with ``conn``)."""
-        if self.hooks.enqueue:  # middleware registered on the client (hooks)
+        if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
             return self.hooks.around_enqueue(self._enqueue, requests, conn)
         return self._enqueue(requests, conn)
 
@@ -441,9 +441,9 @@ class JobFunction:
     worker.
 
         @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
-        def send_receipt(order_id: int) -> None: ...
+        def send_receipt(order_id: int) -> None: ...  # or async def, with AsyncClient
 
-        send_receipt.enqueue(order_id=42, conn=conn)   # in the caller's transaction
+        send_receipt.enqueue(order_id=42, conn=conn)  # in the caller's transaction; awaited
     """
 
     def __init__(self, jobs: Jobs, definition: JobDefinition) -> None:

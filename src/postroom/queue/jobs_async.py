@@ -1,4 +1,4 @@
-"""Registering, enqueueing and administering jobs; the worker lives in ``worker_async``."""
+"""Registering, enqueueing and administering jobs; the worker lives in ``worker(_async)``."""
 
 from __future__ import annotations
 
@@ -410,7 +410,7 @@ class AsyncJobs:
             return [tuple(row) for row in await cur.fetchall()]
 
     async def outcome(self, job_id: int, timeout: float | None) -> Any:
-        """Wait for the job to finish and return its result (see ``AsyncJob.result``)."""
+        """Wait for the job to finish and return its result (see ``Job.result``)."""
         deadline = None if timeout is None else time.monotonic() + check_seconds("timeout", timeout)
         pause = 0.005
         while True:
@@ -441,9 +441,9 @@ class AsyncJobFunction:
     worker.
 
         @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
-        async def send_receipt(order_id: int) -> None: ...
+        def send_receipt(order_id: int) -> None: ...  # or async def, with AsyncClient
 
-        await send_receipt.enqueue(order_id=42, conn=conn)   # in the caller's transaction
+        send_receipt.enqueue(order_id=42, conn=conn)  # in the caller's transaction; awaited
     """
 
     def __init__(self, jobs: AsyncJobs, definition: JobDefinition) -> None:

@@ -10,7 +10,7 @@ import logging
 
 import psycopg
 
-from .._compat import Event
+from .._acompat import Event
 from .._db import Database
 from .fetcher import Fetcher
 from .heartbeat import Heartbeat

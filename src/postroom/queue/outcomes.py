@@ -4,6 +4,7 @@ of which outcome a finished call gets. No I/O; shared by the async worker and it
 from __future__ import annotations
 
 import os
+import sysconfig
 import traceback
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +17,9 @@ from .records import encode_result
 
 MAX_ERROR_CHARS = 8000
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Frames that lead to a job without being the job's: postroom's own and, for a sync job on the
+# async worker, the thread pool's (the standard library's).
+_NOT_THE_JOB = (_PACKAGE_DIR, sysconfig.get_paths()["stdlib"] + os.sep)
 OutcomeKind = Literal["done", "fail", "cancelled", "release", "snooze"]
 InterruptKind = Literal["cancel", "shutdown", "lost"]
 
@@ -202,6 +206,6 @@ def interrupted(job: Claimed, exc: JobInterrupted, backoff: Backoff) -> Outcome:
 def format_error(exc: BaseException) -> str:
     """The exception with its traceback, starting at the job's own frames."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_NOT_THE_JOB):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb)).strip()

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import psycopg
 
-from .._compat import Event
+from .._acompat import Event
 from .._db import Database
 from .fetcher import Fetcher
 from .jobs import Jobs

@@ -4,7 +4,7 @@
 
 Each kind's call chain (middleware, context) is prepared once, at its first job
 (``execution.prepare``). A plain function runs in a thread (the slot's own in the sync twin,
-the worker's pool here), an ``def`` one as a task. Timeouts and cancellations interrupt
+the worker's pool here), an ``async def`` one as a task. Timeouts and cancellations interrupt
 a job from outside, except a job that takes its ``JobContext``: it is asked to stop
 (``job.cancelled()``) and interrupted only as a last resort, by the heartbeat, after the
 worker's ``cancel_grace``.
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from .._compat import JobCall, JobThreads
+from .._acompat import JobCall, SyncJobThreads
 from ..errors import Cancel, JobInterrupted, Snooze
 from .backoff import Backoff
 from .context import JobContext
@@ -43,7 +43,7 @@ log = logging.getLogger("postroom.worker")
 
 class Runner:
     def __init__(
-        self, jobs: Jobs, *, worker: str, threads: JobThreads, stop: Callable[[], None]
+        self, jobs: Jobs, *, worker: str, threads: SyncJobThreads, stop: Callable[[], None]
     ) -> None:
         self._jobs = jobs
         self._worker = worker

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from .._compat import Event
+from .._acompat import Event
 from .._db import Database
 from .jobs import Jobs
 from .records import notify_payload

@@ -15,7 +15,7 @@ import random
 
 import psycopg
 
-from .._compat import Event
+from .._acompat import Event
 from .._db import Database
 
 log = logging.getLogger("postroom.worker")

@@ -6,18 +6,18 @@ A worker is the composition of small units (tasks here, threads in the sync twin
 owner of its state, all on the worker's own small pool:
 
 - ``concurrency`` slots run jobs, taking the next claimed job from the fetcher's buffer; the
-  runner (``runner``) calls the job's function and turns how it ended into an outcome.
-- the fetcher (``fetcher``) claims batches for idle slots (``claim_jobs``: one statement,
+  runner (``runner_async``) calls the job's function and turns how it ended into an outcome.
+- the fetcher (``fetcher_async``) claims batches for idle slots (``claim_jobs``: one statement,
   FOR UPDATE SKIP LOCKED) and commits before any job starts: no transaction is open while a
   job runs.
-- the listener (``listener``, LISTEN postroom_jobs) wakes the fetcher when jobs arrive;
+- the listener (``listener_async``, LISTEN postroom_jobs) wakes the fetcher when jobs arrive;
   without it, or when a notification is lost, the fetcher polls every ``poll_interval`` seconds.
-- the completer (``completer``) writes finished jobs back, batching whatever finished
+- the completer (``completer_async``) writes finished jobs back, batching whatever finished
   while its last write ran.
-- the heartbeat (``heartbeat``) extends the leases of the jobs the worker holds and
-  learns about cancellations; the rescuer (``rescuer``) returns jobs whose lease expired
-  and purges old finished jobs; the vacuum (``vacuum``) keeps the queue tables lean.
-- the scheduler (``scheduler``) enqueues the ticks of registered periodic jobs.
+- the heartbeat (``heartbeat_async``) extends the leases of the jobs the worker holds and
+  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired
+  and purges old finished jobs; the vacuum (``vacuum_async``) keeps the queue tables lean.
+- the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from .._compat import (
+from .._acompat import (
     Event,
-    JobThreads,
+    SyncJobThreads,
     gather,
-    install_stop_handler,
+    install_sync_stop_handler,
     join_all,
     sleep,
     spawn,
@@ -65,7 +65,7 @@ class Worker:
     """Runs the registered jobs of ``queues`` until stopped.
 
         worker = client.worker(queues=["email"], concurrency=8)
-        worker.run()       # until SIGTERM/SIGINT or worker.stop()
+        await worker.run()       # until SIGTERM/SIGINT or worker.stop()
 
     ``run()`` stops on SIGTERM or SIGINT (when called in the main thread): it stops claiming,
     gives back claimed jobs that have not started, lets running jobs finish for up to
@@ -164,7 +164,7 @@ class Worker:
         self._fetcher: Fetcher | None = None
         self._completer: Completer | None = None
         self._heartbeat_unit: Heartbeat | None = None
-        self._threads: JobThreads | None = None
+        self._threads: SyncJobThreads | None = None
         self._stop_requests = 0
         self._started = False
         self._crash: WorkerCrashed | None = None
@@ -191,8 +191,8 @@ class Worker:
         pool = self._pool()
         pool.open(wait=True)
         db = Database(pool, self._jobs.db.conninfo, self._jobs.db.schema)
-        restore = install_stop_handler(self.stop) if handle_signals else None
-        self._threads = JobThreads(self.concurrency)
+        restore = install_sync_stop_handler(self.stop) if handle_signals else None
+        self._threads = SyncJobThreads(self.concurrency)
         self._runner = Runner(self._jobs, worker=self.name, threads=self._threads, stop=self.stop)
         fetcher = self._fetcher = Fetcher(
             db,
