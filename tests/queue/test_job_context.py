@@ -233,3 +233,41 @@ def test_retry_on_and_no_retry_on(client: postroom.Client) -> None:
     assert calls == {"retried": 2, "other": 2, "not_listed": 1, "refused": 1}
     with pytest.raises(postroom.errors.InvalidType, match="retry_on"):
         client.job("bad_policy", retry_on=["ConnectionError"])(lambda: None)  # type: ignore[list-item]
+
+
+def test_snooze_cancel_and_retry_policy_on_the_async_worker(dsn: str) -> None:
+    async def main() -> None:
+        async with await postroom.connect_async(dsn) as client:
+            runs: list[str] = []
+
+            @client.job("later", max_attempts=1)
+            async def later() -> int:
+                runs.append("later")
+                if runs.count("later") == 1:
+                    raise Snooze(0.1)
+                return 1
+
+            @client.job("stop", max_attempts=3)
+            def stop() -> None:  # a plain function, in the worker's threads
+                raise Cancel("no longer needed")
+
+            @client.job("strict", max_attempts=3, no_retry_on=KeyError)
+            async def strict() -> None:
+                runs.append("strict")
+                raise KeyError("missing")
+
+            a, b, c = await later.enqueue(), await stop.enqueue(), await strict.enqueue()
+            worker = client.worker(**FAST)
+            task = asyncio.create_task(worker.run(handle_signals=False))
+            assert await a.result(timeout=20) == 1
+            with pytest.raises(JobCancelled):
+                await b.result(timeout=20)
+            with pytest.raises(JobFailed):
+                await c.result(timeout=20)
+            worker.stop()
+            await task
+            assert (await client.get_job(a.id)).attempts == 1
+            assert (await client.get_job(b.id)).last_error == "no longer needed"
+            assert runs.count("strict") == 1
+
+    asyncio.run(main())

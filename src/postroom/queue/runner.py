@@ -103,7 +103,7 @@ class Runner:
         finally:
             if timer is not None:
                 timer.cancel()
-        if job.context is not None and job.context.cancelled():
+        if job.cooperative and job.context is not None and job.context.cancelled():
             return after_stop_request(job, outcome, definition.backoff)
         return outcome
 
