@@ -33,7 +33,10 @@ from .queue.backoff import Backoff
 from .queue.context import JobContext
 from .queue.jobs import Job, JobFunction
 from .queue.jobs_async import AsyncJob, AsyncJobFunction
+from .queue.options import EnqueueOptions
 from .queue.records import JobInfo, JobStats, QueueCount
+from .queue.requests import JobRequest
+from .queue.serializer import Serializer
 from .queue.worker import Worker
 from .queue.worker_async import AsyncWorker
 
@@ -50,11 +53,13 @@ __all__ = [
     "Cancel",
     "Client",
     "Consumer",
+    "EnqueueOptions",
     "GroupInfo",
     "Job",
     "JobContext",
     "JobFunction",
     "JobInfo",
+    "JobRequest",
     "JobStats",
     "Message",
     "PartitionInfo",
@@ -62,6 +67,7 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Serializer",
     "Snooze",
     "TopicInfo",
     "TopicPartition",

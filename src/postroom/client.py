@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from ._db import Database, open_database
 from ._schema import Schema
@@ -30,7 +30,9 @@ from .log.records import (
 from .queue.backoff import Backoff
 from .queue.cron import parse_cron
 from .queue.jobs import Job, JobFunction, Jobs
+from .queue.options import EnqueueOptions
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
+from .queue.serializer import Serializer, check_serializer
 from .queue.worker import Worker
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -42,10 +44,12 @@ def connect(
     schema: str = "postroom",
     min_size: int = 1,
     max_size: int = 10,
+    serializer: Serializer | None = None,
 ) -> Client:
     """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
     PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
-    ``close()`` (or use ``with``) when done.
+    ``close()`` (or use ``with``) when done. ``serializer`` encodes job arguments and results
+    (default: JSON with datetime, date, UUID and Decimal; see ``postroom.Serializer``).
 
         with postroom.connect() as client:  # async with await postroom.connect_async()
             client.migrate()  # await client.migrate()
@@ -58,7 +62,10 @@ def connect(
             f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
             "not starting with a digit"
         )
-    return Client(open_database(url, schema, min_size, max_size))
+    return Client(
+        open_database(url, schema, min_size, max_size),
+        serializer=check_serializer(serializer),
+    )
 
 
 class Client:
@@ -69,8 +76,9 @@ class Client:
     and commits or rolls back with the caller's own rows; without it the write commits at once.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, serializer: Serializer | None = None) -> None:
         self._db = db
+        self._serializer = serializer
         self._topics = TopicCache(db)
         self._appender = Appender(db, self._topics)
         self._admin = LogAdmin(db, self._topics)
@@ -107,9 +115,10 @@ class Client:
     def grant(self, role: str, *capabilities: str) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume, keep group cursors),
-        ``"enqueuer"`` (enqueue jobs, read them and their results), ``"worker"`` (run jobs),
-        ``"admin"`` (everything in the schema). Run it as the schema owner after ``migrate()``.
-        Raises :class:`~postroom.errors.RoleNotFound` if the role does not exist.
+        ``"enqueuer"`` (enqueue jobs and wait for their results, through functions only),
+        ``"worker"`` (run jobs), ``"admin"`` (everything in the schema). Run it as the schema
+        owner after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role
+        does not exist.
 
             client.grant("orders_service", "producer")
         """
@@ -250,7 +259,7 @@ class Client:
     def _queue(self) -> Jobs:
         jobs: Jobs | None = getattr(self, "_jobs", None)
         if jobs is None:
-            jobs = self._jobs = Jobs(self._db)
+            jobs = self._jobs = Jobs(self._db, self._serializer)
         return jobs
 
     def job(
@@ -346,33 +355,46 @@ class Client:
         args: Mapping[str, Any] | None = None,
         *,
         conn: object = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        unique_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Job:
         """Enqueue a job by kind name (registered here or not: a worker elsewhere may run it);
-        the options are those of ``JobFunction.enqueue``."""
-        request = self._queue.request(
-            kind,
-            args,
-            queue=queue,
-            priority=priority,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            unique_key=unique_key,
-        )
+        the options are :class:`postroom.EnqueueOptions`, as for ``JobFunction.enqueue``."""
+        request = self._queue.request(kind, args, options)
         return (self._queue.enqueue([request], conn))[0]
 
     def enqueue_batch(self, jobs: Iterable[Any], *, conn: object = None) -> list[Job]:
         """Enqueue many jobs in one transaction (the caller's with ``conn``), thousands per
-        statement. Items are ``func.prepare(**args, **options)`` or dicts with ``kind``,
-        ``args`` and enqueue options. Every item is checked before anything is written."""
+        statement. Items are ``func.prepare(**args, **options)`` (from this client or its sync
+        or async twin) or dicts with ``kind``, ``args`` and enqueue options. Every item is
+        checked before anything is written."""
         requests = [self._queue.request_from(item) for item in jobs]
         return self._queue.enqueue(requests, conn)
+
+    def enqueue_group(
+        self, jobs: Iterable[Any], *, then: Any = None, conn: object = None
+    ) -> tuple[list[Job], Job | None]:
+        """Enqueue a group of jobs and, with ``then``, a callback job that runs once every
+        member succeeded (Celery's chord), in one transaction. Items are as in
+        ``enqueue_batch``; returns the members and the callback.
+
+            members, merge = await client.enqueue_group(
+                [fetch.prepare(url=u) for u in urls], then=merge_pages.prepare(), conn=conn
+            )
+        """
+        requests = [self._queue.request_from(item) for item in jobs]
+        callback = None if then is None else self._queue.request_from(then)
+        return self._queue.enqueue_group(requests, callback, conn)
+
+    def pause_queue(self, queue: str) -> bool:
+        """Stop every worker claiming from ``queue`` (within a claim interval; jobs already
+        running finish). Returns False if it was paused already. Paused queues survive
+        restarts and show in ``job_stats()``; ``resume_queue`` undoes it."""
+        return self._queue.pause(queue)
+
+    def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again (they are woken at once); False if it was
+        not paused."""
+        return self._queue.resume(queue)
 
     def worker(
         self,

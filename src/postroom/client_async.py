@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from ._acompat import IS_ASYNC
 from ._db_async import AsyncDatabase, open_database
@@ -29,7 +29,9 @@ from .log.records import (
 from .queue.backoff import Backoff
 from .queue.cron import parse_cron
 from .queue.jobs_async import AsyncJob, AsyncJobFunction, AsyncJobs
+from .queue.options import EnqueueOptions
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
+from .queue.serializer import Serializer, check_serializer
 from .queue.worker_async import AsyncWorker
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -41,10 +43,12 @@ async def connect_async(
     schema: str = "postroom",
     min_size: int = 1,
     max_size: int = 10,
+    serializer: Serializer | None = None,
 ) -> AsyncClient:
     """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
     PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
-    ``close()`` (or use ``with``) when done.
+    ``close()`` (or use ``with``) when done. ``serializer`` encodes job arguments and results
+    (default: JSON with datetime, date, UUID and Decimal; see ``postroom.Serializer``).
 
         with postroom.connect() as client:  # async with await postroom.connect_async()
             client.migrate()  # await client.migrate()
@@ -57,7 +61,10 @@ async def connect_async(
             f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
             "not starting with a digit"
         )
-    return AsyncClient(await open_database(url, schema, min_size, max_size))
+    return AsyncClient(
+        await open_database(url, schema, min_size, max_size),
+        serializer=check_serializer(serializer),
+    )
 
 
 class AsyncClient:
@@ -68,8 +75,9 @@ class AsyncClient:
     and commits or rolls back with the caller's own rows; without it the write commits at once.
     """
 
-    def __init__(self, db: AsyncDatabase) -> None:
+    def __init__(self, db: AsyncDatabase, *, serializer: Serializer | None = None) -> None:
         self._db = db
+        self._serializer = serializer
         self._topics = AsyncTopicCache(db)
         self._appender = AsyncAppender(db, self._topics)
         self._admin = AsyncLogAdmin(db, self._topics)
@@ -106,9 +114,10 @@ class AsyncClient:
     async def grant(self, role: str, *capabilities: str) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume, keep group cursors),
-        ``"enqueuer"`` (enqueue jobs, read them and their results), ``"worker"`` (run jobs),
-        ``"admin"`` (everything in the schema). Run it as the schema owner after ``migrate()``.
-        Raises :class:`~postroom.errors.RoleNotFound` if the role does not exist.
+        ``"enqueuer"`` (enqueue jobs and wait for their results, through functions only),
+        ``"worker"`` (run jobs), ``"admin"`` (everything in the schema). Run it as the schema
+        owner after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role
+        does not exist.
 
             client.grant("orders_service", "producer")
         """
@@ -249,7 +258,7 @@ class AsyncClient:
     def _queue(self) -> AsyncJobs:
         jobs: AsyncJobs | None = getattr(self, "_jobs", None)
         if jobs is None:
-            jobs = self._jobs = AsyncJobs(self._db)
+            jobs = self._jobs = AsyncJobs(self._db, self._serializer)
         return jobs
 
     def job(
@@ -345,33 +354,46 @@ class AsyncClient:
         args: Mapping[str, Any] | None = None,
         *,
         conn: object = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        unique_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> AsyncJob:
         """Enqueue a job by kind name (registered here or not: a worker elsewhere may run it);
-        the options are those of ``JobFunction.enqueue``."""
-        request = self._queue.request(
-            kind,
-            args,
-            queue=queue,
-            priority=priority,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            unique_key=unique_key,
-        )
+        the options are :class:`postroom.EnqueueOptions`, as for ``JobFunction.enqueue``."""
+        request = self._queue.request(kind, args, options)
         return (await self._queue.enqueue([request], conn))[0]
 
     async def enqueue_batch(self, jobs: Iterable[Any], *, conn: object = None) -> list[AsyncJob]:
         """Enqueue many jobs in one transaction (the caller's with ``conn``), thousands per
-        statement. Items are ``func.prepare(**args, **options)`` or dicts with ``kind``,
-        ``args`` and enqueue options. Every item is checked before anything is written."""
+        statement. Items are ``func.prepare(**args, **options)`` (from this client or its sync
+        or async twin) or dicts with ``kind``, ``args`` and enqueue options. Every item is
+        checked before anything is written."""
         requests = [self._queue.request_from(item) for item in jobs]
         return await self._queue.enqueue(requests, conn)
+
+    async def enqueue_group(
+        self, jobs: Iterable[Any], *, then: Any = None, conn: object = None
+    ) -> tuple[list[AsyncJob], AsyncJob | None]:
+        """Enqueue a group of jobs and, with ``then``, a callback job that runs once every
+        member succeeded (Celery's chord), in one transaction. Items are as in
+        ``enqueue_batch``; returns the members and the callback.
+
+            members, merge = await client.enqueue_group(
+                [fetch.prepare(url=u) for u in urls], then=merge_pages.prepare(), conn=conn
+            )
+        """
+        requests = [self._queue.request_from(item) for item in jobs]
+        callback = None if then is None else self._queue.request_from(then)
+        return await self._queue.enqueue_group(requests, callback, conn)
+
+    async def pause_queue(self, queue: str) -> bool:
+        """Stop every worker claiming from ``queue`` (within a claim interval; jobs already
+        running finish). Returns False if it was paused already. Paused queues survive
+        restarts and show in ``job_stats()``; ``resume_queue`` undoes it."""
+        return await self._queue.pause(queue)
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again (they are woken at once); False if it was
+        not paused."""
+        return await self._queue.resume(queue)
 
     def worker(
         self,

@@ -128,8 +128,10 @@ def migrations() -> list[Migration]:
             found.append(Migration(int(match.group(1)), match.group(2), text))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"migration versions must be 1..N without gaps, found {versions}")
+    # Numbers are handed out ahead (one per change in flight), so a gap is allowed; a
+    # duplicate is not.
+    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
+        raise RuntimeError(f"migration versions must be unique from 1 up, found {versions}")
     return found
 
 

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from postroom.errors import PostroomError
 
-from . import bench, consume, demo, embedded, groups, init, jobs, produce, topics
+from . import bench, consume, demo, embedded, groups, init, jobs, produce, queues, topics
 from .common import Settings, fail
 
 
@@ -106,6 +106,7 @@ app.add_typer(embedded.app, name="embedded")
 app.command("demo")(demo.demo)
 app.add_typer(bench.app, name="bench")
 app.add_typer(jobs.app, name="job")
+app.add_typer(queues.app, name="queue")
 app.command("worker")(jobs.worker)
 
 

@@ -14,6 +14,7 @@ from ..errors import JobInterrupted
 from .backoff import Backoff
 from .context import JobContext
 from .records import encode_result
+from .serializer import DEFAULT_SERIALIZER, Serializer
 
 MAX_ERROR_CHARS = 8000
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -114,9 +115,9 @@ def unstorable_result(value: Any) -> str | None:
     return None
 
 
-def success(job: Claimed, value: Any) -> Outcome:
+def success(job: Claimed, value: Any, serializer: Serializer = DEFAULT_SERIALIZER) -> Outcome:
     try:
-        result = encode_result(value)
+        result = encode_result(value, serializer)
     except (TypeError, ValueError) as exc:
         # The job ran; running it again would repeat its effects. Fail it for a person to
         # look at instead.

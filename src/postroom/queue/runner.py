@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from .._acompat import JobCall, SyncJobThreads
 from ..errors import Cancel, JobInterrupted, Snooze
@@ -78,12 +79,16 @@ class Runner:
                 Backoff(),
             )
         definition = prepared.definition
+        try:
+            args = self._jobs.serializer.decode(job.args)
+        except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
+            return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
         timeout = definition.timeout
         timer = None
         if prepared.runner is None:  # the common case: nothing needs the context
-            call = JobCall(prepared.func, job.args, timeout, self._threads)
+            call = JobCall(prepared.func, args, timeout, self._threads)
         else:
-            context = job.context = self._context(job, timeout)
+            context = job.context = self._context(job, args, timeout)
             if definition.takes_context:
                 job.cooperative = True
                 if timeout is not None:
@@ -96,7 +101,7 @@ class Runner:
                     timer.start()
                     timeout = None
             runner = functools.partial(prepared.runner, context)
-            call = JobCall(runner, job.args, timeout, self._threads)
+            call = JobCall(runner, args, timeout, self._threads)
         job.call = call
         try:
             outcome = self._call(job, call, definition)
@@ -123,16 +128,16 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
             final = not retryable(exc, definition.retry_on, definition.no_retry_on)
             return failure(job, format_error(exc), definition.backoff, final=final)
-        return success(job, value)
+        return success(job, value, self._jobs.serializer)
 
-    def _context(self, job: Claimed, timeout: float | None) -> JobContext:
+    def _context(self, job: Claimed, args: dict[str, Any], timeout: float | None) -> JobContext:
         return JobContext(
             id=job.id,
             kind=job.kind,
             queue=job.queue,
             attempt=job.attempt,
             max_attempts=job.max_attempts,
-            args=job.args,
+            args=args,
             worker=self._worker,
             enqueued_at=job.enqueued_at,
             scheduled_at=job.scheduled_at,
