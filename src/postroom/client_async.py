@@ -257,6 +257,8 @@ class AsyncClient:
         backoff: Backoff | None = None,
         max_concurrency: int | None = None,
         rate_limit: float | None = None,
+        retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
+        no_retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
     ) -> Callable[[Callable[..., Any]], AsyncJobFunction]:
         """Register a job kind (default: the function's name) and its defaults.
 
@@ -268,7 +270,9 @@ class AsyncClient:
         ``timeout`` (seconds) interrupts a run that takes longer; it counts as a failed
         attempt. ``backoff`` spaces the retries. ``max_concurrency`` and ``rate_limit`` (jobs
         started per second) hold across all workers. Coroutine functions run on the worker's
-        event loop, plain functions in the worker's threads.
+        event loop, plain functions in the worker's threads. ``retry_on`` retries only those
+        exceptions (others fail the job at once); ``no_retry_on`` never retries those. A
+        keyword-only parameter ``job: JobContext`` gets the job's context.
         """
         return cast(
             Callable[[Callable[..., Any]], AsyncJobFunction],
@@ -282,8 +286,25 @@ class AsyncClient:
                 backoff=backoff,
                 max_concurrency=max_concurrency,
                 rate_limit=rate_limit,
+                retry_on=retry_on,
+                no_retry_on=no_retry_on,
             ),
         )
+
+    def around_job(self, middleware: Callable[..., Any]) -> Callable[..., Any]:
+        """Register execution middleware ``middleware(job: JobContext, call_next)``, called
+        around every job this client's workers run (plain middleware around plain-function
+        jobs, ``async def`` middleware around ``async def`` jobs); see ``postroom.queue.hooks``.
+        Register before starting workers. Returns ``middleware`` (usable as a decorator)."""
+        self._queue.hooks.add_execution(middleware)
+        return middleware
+
+    def around_enqueue(self, middleware: Callable[..., Any]) -> Callable[..., Any]:
+        """Register enqueue middleware ``middleware(requests, call_next)``, called around
+        every enqueue of this client (an ``async def`` on AsyncClient); ``call_next()``
+        inserts the jobs and returns their handles. Returns ``middleware``."""
+        self._queue.hooks.add_enqueue(middleware)
+        return middleware
 
     def periodic(
         self,

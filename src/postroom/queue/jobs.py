@@ -24,6 +24,7 @@ from ..errors import (
 )
 from .admin import JobAdmin
 from .cron import Cron, parse_cron
+from .hooks import Hooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
@@ -63,6 +64,7 @@ class Jobs(JobAdmin):
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
+        self.hooks = Hooks()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -185,6 +187,11 @@ class Jobs(JobAdmin):
 
     def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
+        if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
+            return self.hooks.around_enqueue(self._enqueue, requests, conn)
+        return self._enqueue(requests, conn)
+
+    def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         if not requests:
             return []
         results: list[Enqueued] = []

@@ -22,6 +22,7 @@ from ..errors import (
 )
 from .admin_async import AsyncJobAdmin
 from .cron import Cron, parse_cron
+from .hooks_async import AsyncHooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
@@ -61,6 +62,7 @@ class AsyncJobs(AsyncJobAdmin):
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
+        self.hooks = AsyncHooks()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -183,6 +185,11 @@ class AsyncJobs(AsyncJobAdmin):
 
     async def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
+        if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
+            return await self.hooks.around_enqueue(self._enqueue, requests, conn)
+        return await self._enqueue(requests, conn)
+
+    async def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         if not requests:
             return []
         results: list[Enqueued] = []
