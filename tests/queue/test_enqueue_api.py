@@ -83,6 +83,7 @@ def test_a_job_function_may_not_name_a_parameter_after_an_option(
         (lambda c: c.enqueue("k", {"d": Decimal("NaN")}), InvalidType, "argument 'd'"),
         (lambda c: c.enqueue("k", colour=1), InvalidArgument, "unknown enqueue options"),
         (lambda c: c.enqueue_batch([{"kind": "k", "after": [-1]}]), InvalidArgument, "parent"),
+        (lambda c: c.enqueue("k", unique_key="u", sequence="s"), InvalidArgument, "combined"),
     ],
 )
 def test_bad_enqueue_input_raises_one_clear_error(
@@ -181,6 +182,7 @@ def test_a_client_serializer_encodes_other_types(dsn: str) -> None:
         ("SELECT postroom.enqueue('k', after => ARRAY[424242])", "parent job 424242 not found"),
         ("SELECT postroom.enqueue('k', on_parent_failure => 'x')", "invalid on_parent_failure"),
         ("SELECT postroom.enqueue(NULL)", "invalid job kind name NULL"),
+        ("SELECT postroom.enqueue('k', unique_key => 'u', sequence => 's')", "cannot be combined"),
     ],
 )
 def test_sql_enqueue_rejects_bad_input_with_one_clear_error(

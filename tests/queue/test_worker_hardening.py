@@ -101,7 +101,7 @@ def test_an_outcome_the_database_refuses_fails_only_its_job(
     write-back stores the failure with the database's reason and writes the rest."""
     module = worker_sync if flavour == "sync" else worker_async
 
-    def unchecked(job: Any, value: Any) -> Outcome:
+    def unchecked(job: Any, value: Any, *_: Any) -> Outcome:
         return Outcome(job, "done", result=json.dumps(value))
 
     monkeypatch.setattr(module, "success", unchecked)
