@@ -209,3 +209,19 @@ def test_sql_enqueue_takes_jsonb_or_text_without_casts(client: postroom.Client, 
     assert (client.get_job(by_json[0]).args, client.get_job(by_json[0]).queue) == ({"n": 2}, "q")
     assert client.get_job(literal[0]).args == {"n": 3}
     assert client.get_job(bare[0]).args == {}
+
+
+def test_types_shared_by_the_twins_are_one_class() -> None:
+    from postroom.queue import jobs, jobs_async
+
+    for name in ("JobRequest", "JobOptions", "Schedule"):
+        assert vars(jobs)[name] is vars(jobs_async)[name], name
+    assert vars(jobs)["JobRequest"] is postroom.JobRequest
+
+
+def test_a_list_as_args_of_a_registered_kind_is_refused(client: postroom.Client) -> None:
+    @client.job("registered")
+    def registered(n: int) -> None: ...
+
+    with pytest.raises(InvalidType, match="args of job 'registered' must be a mapping"):
+        client.enqueue("registered", [1, 2])  # type: ignore[arg-type]
