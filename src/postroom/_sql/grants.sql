@@ -65,3 +65,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.finished_jobs,
     {schema}.job_limits, {schema}.job_schedules TO {role};
 GRANT SELECT ON {schema}.all_jobs, {schema}.queue_pauses TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_dependencies TO {role};
+GRANT EXECUTE ON FUNCTION
+    {schema}.enqueue_batch(text[], text[], text[], smallint[], timestamptz[], float8[],
+                           integer[], text[]),
+    {schema}.unique_key_holders(text[]),
+    {schema}.job_outcome(bigint)
+TO {role};

@@ -6,7 +6,6 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -21,7 +20,7 @@ from ..errors import (
     JobNotFound,
 )
 from .admin_async import AsyncJobAdmin
-from .cron import Cron, parse_cron
+from .cron import Schedule, parse_cron
 from .hooks_async import AsyncHooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
@@ -38,19 +37,6 @@ from .serializer import Serializer, check_serializer
 
 ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """A periodic job: enqueue ``kind`` with ``args`` at every tick of ``cron``."""
-
-    name: str
-    cron: Cron
-    kind: str
-    args_json: str
-    queue: str
-    priority: int
-    max_attempts: int
 
 
 class AsyncJobs(AsyncJobAdmin):
