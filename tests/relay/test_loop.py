@@ -146,6 +146,8 @@ def test_configuration_errors(client: postroom.Client) -> None:
         ({"max_attempts": 0}, "max_attempts"),
         ({"group": "bad group"}, "group name"),
         ({"dead_letter_topic": "bad topic"}, "dead-letter topic name"),
+        ({"dead_letter_topic": "{colour}.dlq"}, "invalid dead_letter_topic"),
+        ({"dead_letter_topic": "{topic"}, "invalid dead_letter_topic"),
     ]
     for options, match in cases:
         with pytest.raises(InvalidArgument, match=match):

@@ -110,8 +110,13 @@ class AsyncRelay:
             raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidArgument(f"invalid max_attempts {max_attempts!r}: must be >= 1")
-        if "{topic}" not in dead_letter_topic:
-            check_name("dead-letter topic", dead_letter_topic)
+        try:
+            check_name("dead-letter topic", dead_letter_topic.format(topic="t"))
+        except (KeyError, IndexError, ValueError, AttributeError):
+            raise InvalidArgument(
+                f"invalid dead_letter_topic {dead_letter_topic!r}: a topic name, where "
+                "{topic} stands for the source topic"
+            ) from None
         self.batch_size = batch_size
         self.max_attempts = max_attempts
         self.backoff = backoff
