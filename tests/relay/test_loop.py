@@ -145,7 +145,7 @@ def test_configuration_errors(client: postroom.Client) -> None:
         ({"batch_size": 0}, "batch_size"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"group": "bad group"}, "group name"),
-        ({"dead_letter_topic": "bad topic"}, "dead-letter topic name"),
+        ({"dead_letter_topic": "bad topic"}, "invalid dead_letter_topic .bad topic."),
         ({"dead_letter_topic": "{colour}.dlq"}, "invalid dead_letter_topic"),
         ({"dead_letter_topic": "{topic"}, "invalid dead_letter_topic"),
     ]
