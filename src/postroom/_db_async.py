@@ -15,7 +15,7 @@ from . import _sql
 from ._acompat import ato_thread
 from ._conninfo import unavailable
 from .embedded import resolve_url
-from .errors import InvalidArgument, InvalidType, SchemaNotReady
+from .errors import InvalidArgument, InvalidType, PermissionDenied, SchemaNotReady
 
 _QUERIES = _sql.all_queries()
 
@@ -134,3 +134,12 @@ class translate_errors:
             raise SchemaNotReady(f"{exc}: run `postroom init` or client.migrate()") from exc
         if isinstance(exc, pg_errors.NumericValueOutOfRange):
             raise InvalidArgument(str(exc)) from exc
+        if isinstance(exc, pg_errors.InsufficientPrivilege) and not isinstance(
+            exc, PermissionDenied
+        ):
+            first_line = str(exc).strip().splitlines()[0]
+            raise PermissionDenied(
+                f"{first_line}: the database role of this connection lacks the right; grant it "
+                "the capability it needs as the schema owner (client.grant(role, 'producer' | "
+                "'consumer' | 'enqueuer' | 'worker' | 'admin'))"
+            ) from exc

@@ -23,6 +23,7 @@ from ..errors import (
 )
 from .admin import JobAdmin
 from .cron import Schedule, parse_cron
+from .hooks import Hooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
@@ -49,6 +50,7 @@ class Jobs(JobAdmin):
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
+        self.hooks = Hooks()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -71,9 +73,7 @@ class Jobs(JobAdmin):
             if is_coroutine and not allow_coroutines:
                 raise InvalidType(
                     f"job {kind or func.__name__!r}: {func.__name__} is a coroutine function; "
-                    # (split so the sync generator leaves the class name alone)
-                    "register coroutine functions on postroom.Async"
-                    "Client"
+                    "register coroutine functions on postroom.AsyncClient"
                 )
             name = kind if isinstance(kind, str) else func.__name__
             return self.register(make_definition(name, func, is_coroutine=is_coroutine, **options))
@@ -173,6 +173,11 @@ class Jobs(JobAdmin):
 
     def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
+        if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
+            return self.hooks.around_enqueue(self._enqueue, requests, conn)
+        return self._enqueue(requests, conn)
+
+    def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         if not requests:
             return []
         results: list[Enqueued] = []

@@ -21,6 +21,7 @@ from ..errors import (
 )
 from .admin_async import AsyncJobAdmin
 from .cron import Schedule, parse_cron
+from .hooks_async import AsyncHooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
@@ -47,6 +48,7 @@ class AsyncJobs(AsyncJobAdmin):
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
+        self.hooks = AsyncHooks()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -69,9 +71,7 @@ class AsyncJobs(AsyncJobAdmin):
             if is_coroutine and not allow_coroutines:
                 raise InvalidType(
                     f"job {kind or func.__name__!r}: {func.__name__} is a coroutine function; "
-                    # (split so the sync generator leaves the class name alone)
-                    "register coroutine functions on postroom.Async"
-                    "Client"
+                    "register coroutine functions on postroom.AsyncClient"
                 )
             name = kind if isinstance(kind, str) else func.__name__
             return self.register(make_definition(name, func, is_coroutine=is_coroutine, **options))
@@ -171,6 +171,11 @@ class AsyncJobs(AsyncJobAdmin):
 
     async def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
+        if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
+            return await self.hooks.around_enqueue(self._enqueue, requests, conn)
+        return await self._enqueue(requests, conn)
+
+    async def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         if not requests:
             return []
         results: list[Enqueued] = []
