@@ -57,6 +57,14 @@ async def agather(worker: asyncio.Task[None], timeout: float | None = None) -> N
     await asyncio.wait_for(worker, timeout)
 
 
+async def callback_async(func: Callable[..., Any], *args: Any) -> Any:
+    """Call a user callback: a coroutine function's result is awaited (plain in the twin)."""
+    result = func(*args)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
 def new_future() -> asyncio.Future[Any]:
     return asyncio.get_running_loop().create_future()
 

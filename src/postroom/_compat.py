@@ -28,6 +28,7 @@ __all__ = [
     "JobCall",
     "JobThreads",
     "Lock",
+    "callback",
     "gather",
     "install_stop_handler",
     "join_all",
@@ -59,6 +60,11 @@ def gather(worker: threading.Thread, timeout: float | None = None) -> None:
     worker.join(timeout)
     if worker.is_alive():
         raise TimeoutError(f"{worker.name} did not stop within {timeout} s")
+
+
+def callback(func: Callable[..., Any], *args: Any) -> Any:
+    """Call a user callback (``_acompat.callback_async`` awaits a coroutine's result)."""
+    return func(*args)
 
 
 def new_future() -> Future[Any]:

@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from . import _sql
-from .errors import InvalidArgument, InvalidType, SchemaNotReady
+from .errors import Fenced, InvalidArgument, InvalidType, OffsetOutOfRange, SchemaNotReady
 
 _QUERIES = _sql.all_queries()
 
@@ -105,3 +105,15 @@ class translate_errors:
             raise SchemaNotReady(f"{exc}: run `postroom init` or client.migrate()") from exc
         if isinstance(exc, pg_errors.NumericValueOutOfRange):
             raise InvalidArgument(str(exc)) from exc
+        # SQLSTATEs raised by postroom's own functions (migration 0004).
+        sqlstate = getattr(exc, "sqlstate", None)
+        if exc is None:
+            return
+        if sqlstate == "PRF01":
+            raise Fenced(_first_line(exc)) from exc
+        if sqlstate == "PRO01":
+            raise OffsetOutOfRange(_first_line(exc)) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0]

@@ -27,7 +27,8 @@ from .errors import (
     TopicExists,
     TopicNotFound,
 )
-from .log.consumer import Consumer, OffsetReset
+from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .log.consumer import Consumer
 from .log.metadata import TopicCache
 from .log.producer import Appender, Producer
 from .log.records import (
@@ -356,8 +357,13 @@ class Client:
         *,
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
+        member_id: str | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        on_assign: Callable[[set[TopicPartition]], Any] | None = None,
+        on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
-        """A member of consumer group ``group``; see :class:`Consumer`."""
+        """A member of consumer group ``group`` (or, with ``partitions``, a consumer of those
+        partitions only, outside the group's assignment); see :class:`Consumer`."""
         return Consumer(
             self._db,
             self._topics,
@@ -365,6 +371,10 @@ class Client:
             [topics] if isinstance(topics, str) else topics,
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
+            member_id=member_id,
+            session_timeout=session_timeout,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
         )
 
     # -- groups -----------------------------------------------------------------------------

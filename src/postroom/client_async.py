@@ -25,7 +25,8 @@ from .errors import (
     TopicExists,
     TopicNotFound,
 )
-from .log.consumer_async import AsyncConsumer, OffsetReset
+from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .log.consumer_async import AsyncConsumer
 from .log.metadata_async import AsyncTopicCache
 from .log.producer_async import AsyncAppender, AsyncProducer
 from .log.records import (
@@ -354,8 +355,13 @@ class AsyncClient:
         *,
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
+        member_id: str | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        on_assign: Callable[[set[TopicPartition]], Any] | None = None,
+        on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> AsyncConsumer:
-        """A member of consumer group ``group``; see :class:`AsyncConsumer`."""
+        """A member of consumer group ``group`` (or, with ``partitions``, a consumer of those
+        partitions only, outside the group's assignment); see :class:`AsyncConsumer`."""
         return AsyncConsumer(
             self._db,
             self._topics,
@@ -363,6 +369,10 @@ class AsyncClient:
             [topics] if isinstance(topics, str) else topics,
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
+            member_id=member_id,
+            session_timeout=session_timeout,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
         )
 
     # -- groups -----------------------------------------------------------------------------

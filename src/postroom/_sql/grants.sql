@@ -15,6 +15,17 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.topics, {schema}.partitions, {schema}.messages,
                 {schema}.messages_view TO {role};
 GRANT SELECT, INSERT, UPDATE (next_offset, updated_at) ON {schema}.cursors TO {role};
+GRANT EXECUTE ON FUNCTION
+    {schema}.group_heartbeat(text, text, integer[], integer, boolean),
+    {schema}.group_lock(text),
+    {schema}.group_holders(text, integer[]),
+    {schema}.group_assign(text, text[], integer[], integer[], text[]),
+    {schema}.group_acquire(text, text),
+    {schema}.group_release(text, text, integer[], integer[], bigint[]),
+    {schema}.group_leave(text, text, integer[], integer[], bigint[]),
+    {schema}.commit_offsets(text, text, integer[], integer[], bigint[], bigint[]),
+    {schema}.claim_batch(text, text, integer[], integer[], bigint[], integer)
+TO {role};
 
 -- name: grant_admin
 -- Everything in the schema: topics, groups, retention, migrations.

@@ -113,12 +113,16 @@ SELECT next_offset FROM {schema}.partitions
 WHERE topic_id = %(topic_id)s AND partition = %(partition)s;
 
 -- name: ensure_cursors
--- Creates missing cursors of a group at the earliest retained or the latest offset. Existing
--- cursors are filtered out first: a unique-index check on a cursor that another member's open
--- transaction is advancing would otherwise wait for that transaction.
+-- Creates missing cursors of a group at the earliest retained or the latest offset; a partition
+-- added to a topic the group already reads starts at the earliest (its messages are new to the
+-- group, whatever the reset policy). Existing cursors are filtered out first: a unique-index
+-- check on a cursor that another member's open transaction is advancing would otherwise wait.
 INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
 SELECT %(group)s, p.topic_id, p.partition,
-       CASE WHEN %(reset)s = 'latest' THEN p.next_offset
+       CASE WHEN %(reset)s = 'latest' AND NOT EXISTS (
+                SELECT FROM {schema}.cursors k
+                WHERE k.group_name = %(group)s AND k.topic_id = p.topic_id)
+            THEN p.next_offset
             ELSE coalesce((SELECT min(m."offset") FROM {schema}.messages m
                            WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
                           p.next_offset)
@@ -140,73 +144,33 @@ JOIN {schema}.cursors c
   ON c.group_name = %(group)s AND c.topic_id = a.topic_id AND c.partition = a.partition;
 
 -- name: fetch_messages
--- Up to %(limit)s messages per partition from each given position on, in offset order (no locks).
--- A reader can never see offset n+1 without n: a writer's rows become visible at its commit, and
--- the next writer only reserves offsets after that commit released the counter row lock.
-SELECT a.topic_id, a.partition, m."offset", m.key, m.value, m.headers, m.created_at
-FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[], %(positions)s::bigint[])
-         AS a(topic_id, partition, position)
-CROSS JOIN LATERAL (
-    SELECT m."offset", m.key, m.value, m.headers, m.created_at
-    FROM {schema}.messages m
-    WHERE m.topic_id = a.topic_id AND m.partition = a.partition AND m."offset" >= a.position
-    ORDER BY m."offset"
-    LIMIT %(limit)s
-) m
-ORDER BY a.topic_id, a.partition, m."offset";
-
--- name: commit_cursors
--- Moves a group's cursors forward to the given next offsets (never backward). Locks the cursor
--- rows in (topic_id, partition) order first, so concurrent commits cannot deadlock.
-WITH target AS (
-    SELECT c.topic_id, c.partition, a.next_offset
-    FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[], %(offsets)s::bigint[])
-             AS a(topic_id, partition, next_offset)
-    JOIN {schema}.cursors c
-      ON c.group_name = %(group)s AND c.topic_id = a.topic_id AND c.partition = a.partition
-    ORDER BY c.topic_id, c.partition
-    FOR UPDATE OF c
-)
-UPDATE {schema}.cursors c
-SET next_offset = greatest(c.next_offset, t.next_offset), updated_at = now()
-FROM target t
-WHERE c.group_name = %(group)s AND c.topic_id = t.topic_id AND c.partition = t.partition;
-
--- name: claim_range
--- Transactional consumption: locks the first cursor (in the given order) that has unread
--- messages and no other holder (FOR UPDATE SKIP LOCKED), reads up to %(limit)s messages from it
--- and advances the cursor past them. Lock and advance last until the caller's transaction ends,
--- so a rollback re-delivers the range and concurrent claimers take other partitions.
-WITH candidate AS (
-    SELECT c.topic_id, c.partition, c.next_offset
-    FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[])
-             WITH ORDINALITY AS a(topic_id, partition, ord)
-    JOIN {schema}.cursors c
-      ON c.group_name = %(group)s AND c.topic_id = a.topic_id AND c.partition = a.partition
-    JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
-    WHERE c.next_offset < p.next_offset
-    ORDER BY a.ord
-    LIMIT 1
-    FOR UPDATE OF c SKIP LOCKED
-), batch AS (
-    SELECT c.topic_id, c.partition, m."offset", m.key, m.value, m.headers, m.created_at
-    FROM candidate c
-    CROSS JOIN LATERAL (
-        SELECT m."offset", m.key, m.value, m.headers, m.created_at
-        FROM {schema}.messages m
-        WHERE m.topic_id = c.topic_id AND m.partition = c.partition
-          AND m."offset" >= c.next_offset
-        ORDER BY m."offset"
+-- Up to %(limit)s messages in all from the given positions on, partitions in the given order and
+-- offsets in order within each, stopping once %(max_bytes)s of keys and values are reached (the
+-- first message always comes) (no locks). A reader can never see offset n+1 without n: a
+-- writer's rows become visible at its commit, and the next writer only reserves offsets after
+-- that commit released the counter row lock.
+SELECT topic_id, partition, "offset", key, value, headers, created_at
+FROM (
+    SELECT f.*, sum(f.size) OVER (ORDER BY f.ord, f."offset") - f.size AS before
+    FROM (
+        SELECT a.ord, a.topic_id, a.partition, m."offset", m.key, m.value, m.headers,
+               m.created_at, octet_length(m.value) + coalesce(octet_length(m.key), 0) AS size
+        FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[],
+                    %(positions)s::bigint[]) WITH ORDINALITY AS a(topic_id, partition, position, ord)
+        CROSS JOIN LATERAL (
+            SELECT m."offset", m.key, m.value, m.headers, m.created_at
+            FROM {schema}.messages m
+            WHERE m.topic_id = a.topic_id AND m.partition = a.partition
+              AND m."offset" >= a.position
+            ORDER BY m."offset"
+            LIMIT %(limit)s
+        ) m
+        ORDER BY a.ord, m."offset"
         LIMIT %(limit)s
-    ) m
-), advanced AS (
-    UPDATE {schema}.cursors c SET next_offset = b.last + 1, updated_at = now()
-    FROM (SELECT topic_id, partition, max("offset") AS last FROM batch
-          GROUP BY topic_id, partition) b
-    WHERE c.group_name = %(group)s AND c.topic_id = b.topic_id AND c.partition = b.partition
-)
-SELECT topic_id, partition, "offset", key, value, headers, created_at FROM batch
-ORDER BY "offset";
+    ) f
+) w
+WHERE w.before = 0 OR w.before + w.size <= %(max_bytes)s
+ORDER BY w.ord, w."offset";
 
 -- name: reset_cursors
 -- Sets a group's cursors on one topic (optionally one partition) to earliest, latest, an offset
