@@ -49,3 +49,7 @@ FROM {schema}.claim_batch(%(group)s, %(member)s, %(topic_ids)s::integer[],
 -- Ends this transaction's session if it idles past the member's session timeout (a paused
 -- member must not hold its leases' FOR SHARE locks forever). Transaction-local setting; no locks.
 SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);
+
+-- name: member_session
+-- Session settings of a member's heartbeat connection: never wait long for a row lock.
+SELECT set_config('lock_timeout', %(lock_ms)s, false);

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from .._compat import sleep
 from .._db import Database
-from ..errors import InvalidArgument, OffsetOutOfRange, TransactionAborted
+from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned import (
     DEFAULT_SESSION_TIMEOUT,
     AssignedPartitions,
@@ -316,21 +317,22 @@ class Consumer(AssignedPartitions):
         deadline = time.monotonic() + max(timeout, 0)
         self._in_transaction = True
         try:
-            with self._db.connection() as conn:
-                while True:
-                    messages = self._claim(conn, max_messages)
-                    if messages or time.monotonic() >= deadline:
-                        break
-                    conn.rollback()
-                    self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
-                    self._apply_assignment()
-                tp = messages[0].topic_partition if messages else None
-                yield Batch(messages, conn, tp)
-                if conn.info.transaction_status == TransactionStatus.INERROR:
-                    raise TransactionAborted(
-                        "a database error aborted the transaction of this batch (caught in the "
-                        "block?): nothing was committed and the batch will be delivered again"
-                    )
+            with self._session_guard():
+                with self._db.connection() as conn:
+                    while True:
+                        messages = self._claim(conn, max_messages)
+                        if messages or time.monotonic() >= deadline:
+                            break
+                        conn.rollback()
+                        self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
+                        self._apply_assignment()
+                    tp = messages[0].topic_partition if messages else None
+                    yield Batch(messages, conn, tp)
+                    if conn.info.transaction_status == TransactionStatus.INERROR:
+                        raise TransactionAborted(
+                            "a database error aborted the transaction of this batch (caught in the "
+                            "block?): nothing was committed and the batch will be delivered again"
+                        )
         finally:
             self._in_transaction = False
         if messages:
@@ -341,15 +343,24 @@ class Consumer(AssignedPartitions):
                     assigned.position = max(assigned.position, messages[-1].offset + 1)
                     assigned.committed = max(assigned.committed, assigned.position)
 
+    @contextmanager
+    def _session_guard(self) -> Iterator[None]:
+        """A batch transaction ended by the server for idling past the session timeout (the
+        member was paused: its partitions may have moved) is reported as :class:`Fenced`."""
+        try:
+            yield
+        except pg_errors.IdleInTransactionSessionTimeout as exc:
+            raise Fenced(
+                f"member {self.member_id!r} of group {self.group!r} idled inside its batch "
+                f"past the session timeout ({self.session_timeout:g} s): the server ended "
+                "the transaction, nothing was committed"
+            ) from exc
+
     def _claim(self, conn: psycopg.Connection[Any], limit: int) -> list[Message]:
         with self._lock:
             order = self._rotated(list(self._assigned.values()), "_claim_start")
         if not order:
             return []
-        if self._membership is not None:
-            # A member paused inside its batch must not hold its leases' locks for ever.
-            ms = str(max(1, round(self.session_timeout * 1000)))
-            conn.execute(self._db.q("batch_idle_timeout"), {"ms": ms})
         try:
             cur = conn.execute(
                 self._db.q("claim_batch"),

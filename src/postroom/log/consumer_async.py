@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from .._acompat import asleep
 from .._db_async import AsyncDatabase
-from ..errors import InvalidArgument, OffsetOutOfRange, TransactionAborted
+from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned_async import (
     DEFAULT_SESSION_TIMEOUT,
     AsyncAssignedPartitions,
@@ -318,21 +319,22 @@ class AsyncConsumer(AsyncAssignedPartitions):
         deadline = time.monotonic() + max(timeout, 0)
         self._in_transaction = True
         try:
-            async with self._db.connection() as conn:
-                while True:
-                    messages = await self._claim(conn, max_messages)
-                    if messages or time.monotonic() >= deadline:
-                        break
-                    await conn.rollback()
-                    await self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
-                    await self._apply_assignment()
-                tp = messages[0].topic_partition if messages else None
-                yield AsyncBatch(messages, conn, tp)
-                if conn.info.transaction_status == TransactionStatus.INERROR:
-                    raise TransactionAborted(
-                        "a database error aborted the transaction of this batch (caught in the "
-                        "block?): nothing was committed and the batch will be delivered again"
-                    )
+            with self._session_guard():
+                async with self._db.connection() as conn:
+                    while True:
+                        messages = await self._claim(conn, max_messages)
+                        if messages or time.monotonic() >= deadline:
+                            break
+                        await conn.rollback()
+                        await self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
+                        await self._apply_assignment()
+                    tp = messages[0].topic_partition if messages else None
+                    yield AsyncBatch(messages, conn, tp)
+                    if conn.info.transaction_status == TransactionStatus.INERROR:
+                        raise TransactionAborted(
+                            "a database error aborted the transaction of this batch (caught in the "
+                            "block?): nothing was committed and the batch will be delivered again"
+                        )
         finally:
             self._in_transaction = False
         if messages:
@@ -343,15 +345,24 @@ class AsyncConsumer(AsyncAssignedPartitions):
                     assigned.position = max(assigned.position, messages[-1].offset + 1)
                     assigned.committed = max(assigned.committed, assigned.position)
 
+    @contextmanager
+    def _session_guard(self) -> Iterator[None]:
+        """A batch transaction ended by the server for idling past the session timeout (the
+        member was paused: its partitions may have moved) is reported as :class:`Fenced`."""
+        try:
+            yield
+        except pg_errors.IdleInTransactionSessionTimeout as exc:
+            raise Fenced(
+                f"member {self.member_id!r} of group {self.group!r} idled inside its batch "
+                f"past the session timeout ({self.session_timeout:g} s): the server ended "
+                "the transaction, nothing was committed"
+            ) from exc
+
     async def _claim(self, conn: psycopg.AsyncConnection[Any], limit: int) -> list[Message]:
         with self._lock:
             order = self._rotated(list(self._assigned.values()), "_claim_start")
         if not order:
             return []
-        if self._membership is not None:
-            # A member paused inside its batch must not hold its leases' locks for ever.
-            ms = str(max(1, round(self.session_timeout * 1000)))
-            await conn.execute(self._db.q("batch_idle_timeout"), {"ms": ms})
         try:
             cur = await conn.execute(
                 self._db.q("claim_batch"),

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from .._compat import Event, gather, sleep, spawn
-from .._db import Database
+from .._db import Database, translate_errors
 from ..errors import PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata import TopicCache, TopicMeta
@@ -81,6 +81,7 @@ class Membership:
         self.version = 0
         self.generation_changes = 0
         self._listener: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[Any] | None = None
         self._stop = Event()
         self._poke = Event()
         self._task: Any = None
@@ -89,12 +90,14 @@ class Membership:
     # -- life cycle -------------------------------------------------------------------------
 
     def join(self) -> None:
-        """Register, take part in the rebalance, and wait (up to the session timeout) until
-        every partition assigned to this member is free to take; then keep heartbeating."""
+        """Register, take part in the rebalance, and wait (up to 1.5 session timeouts) until
+        every partition assigned to this member is taken; then keep heartbeating. Partitions
+        still held by others then (a long batch in flight) come in a later ``poll()``."""
         self._connect_listener()
         try:
             self._beat(joining=True)
-            deadline = time.monotonic() + self.session_timeout
+            # Long enough for a paused holder's session to run out (it cannot release).
+            deadline = time.monotonic() + 1.5 * self.session_timeout + 0.5
             while any(lease.state == "pending" for lease in self.leases.values()):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -103,6 +106,7 @@ class Membership:
                 self._beat(joining=False)
         except BaseException:
             self._close_listener()
+            self._close_connection()
             raise
         self._task = spawn(self._run, name=f"postroom-member-{self.member_id}")
 
@@ -133,6 +137,7 @@ class Membership:
         self.leases = {}
         self.version += 1
         self._close_listener()
+        self._close_connection()
 
     def release(self, leases: Iterable[Lease]) -> None:
         """Hand partitions back (after their batch in flight), so their targets take them."""
@@ -177,12 +182,35 @@ class Membership:
                     backoff,
                 )
                 self._close_listener()
+                self._close_connection()
                 sleep(backoff)
                 backoff = min(backoff * 2, self.session_timeout / 3)
 
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The heartbeat loop's own connection, in autocommit: a heartbeat or an acquire is
+        one statement, so a paused process never sits in a transaction holding row locks.
+        Its lock_timeout keeps the loop from waiting on another member's locks for long
+        enough to miss its own heartbeats."""
+        if self._conn is None or self._conn.closed:
+            self._conn = None
+            conn = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
+            ms = str(max(1, round(self.session_timeout * 1000 / 4)))
+            conn.execute(self._db.q("member_session"), {"lock_ms": ms})
+            self._conn = conn
+        return self._conn
+
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass  # already broken
+
     def _beat(self, *, joining: bool) -> None:
         metas = self._resolve_topics()
-        with self._db.connection() as conn:
+        with translate_errors(self._db.schema):
+            conn = self._connection()
             cur = conn.execute(
                 self._db.q("group_heartbeat"),
                 {
@@ -216,43 +244,55 @@ class Membership:
         return metas
 
     def _rebalance(self) -> None:
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("group_lock"), {"group": self.group})
-            members = {member: list(topics) for member, topics in cur.fetchall()}
-            topic_ids = sorted({t for topics in members.values() for t in topics})
-            cur = conn.execute(
-                self._db.q("group_holders"), {"group": self.group, "topic_ids": topic_ids}
-            )
-            counts: dict[int, int] = {}
-            holders: dict[tuple[int, int], str | None] = {}
-            for topic_id, partition, holder in cur.fetchall():
-                counts[topic_id] = max(counts.get(topic_id, 0), partition + 1)
-                holders[(topic_id, partition)] = holder
-            targets = assign(counts, members, holders)
-            keys = sorted(targets)
-            cur = conn.execute(
-                self._db.q("group_assign"),
-                {
-                    "group": self.group,
-                    "members": sorted(members),
-                    "topic_ids": [k[0] for k in keys],
-                    "partitions": [k[1] for k in keys],
-                    "targets": [targets[k] for k in keys],
-                },
-            )
-            row = cur.fetchone()
+        conn = self._connection()
+        with translate_errors(self._db.schema):
+            with conn.transaction():
+                row, members, keys = self._rebalance_in(conn)
         self.generation_changes += 1
         log.info(
             "group %s rebalanced by %s: generation %s, %d member(s), %d partition(s)",
             self.group,
             self.member_id,
-            None if row is None else row[0],
+            "(incomplete: busy leases)" if row is None or row[0] is None else row[0],
             len(members),
             len(keys),
         )
 
+    def _rebalance_in(
+        self, conn: psycopg.Connection[Any]
+    ) -> tuple[Any, dict[str, list[int]], list[tuple[int, int]]]:
+        """One rebalance in the caller's transaction: lock, read, assign, write."""
+        ms = str(max(1, round(self.session_timeout * 1000)))
+        conn.execute(self._db.q("batch_idle_timeout"), {"ms": ms})
+        cur = conn.execute(self._db.q("group_lock"), {"group": self.group})
+        members = {member: list(topics) for member, topics in cur.fetchall()}
+        topic_ids = sorted({t for topics in members.values() for t in topics})
+        cur = conn.execute(
+            self._db.q("group_holders"), {"group": self.group, "topic_ids": topic_ids}
+        )
+        counts: dict[int, int] = {}
+        holders: dict[tuple[int, int], str | None] = {}
+        for topic_id, partition, holder in cur.fetchall():
+            counts[topic_id] = max(counts.get(topic_id, 0), partition + 1)
+            holders[(topic_id, partition)] = holder
+        targets = assign(counts, members, holders)
+        keys = sorted(targets)
+        cur = conn.execute(
+            self._db.q("group_assign"),
+            {
+                "group": self.group,
+                "members": sorted(members),
+                "topic_ids": [k[0] for k in keys],
+                "partitions": [k[1] for k in keys],
+                "targets": [targets[k] for k in keys],
+            },
+        )
+        row = cur.fetchone()
+        return row, members, keys
+
     def _acquire(self) -> None:
-        with self._db.connection() as conn:
+        with translate_errors(self._db.schema):
+            conn = self._connection()
             cur = conn.execute(
                 self._db.q("group_acquire"), {"group": self.group, "member": self.member_id}
             )

@@ -49,6 +49,19 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 RETURN EXISTS (SELECT FROM {schema}.members m
                WHERE m.group_name = p_group AND m.member_id = p_member AND m.expires_at > now());
 
+-- Ends the caller's transaction if it idles past the member's session timeout: a member paused
+-- (SIGSTOP, GC) between taking its lease locks and committing must not hold them for ever.
+-- Transaction-local (set_config(..., true)); no locks.
+CREATE FUNCTION {schema}._guard_idle(p_group text, p_member text) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    SELECT set_config('idle_in_transaction_session_timeout',
+                      coalesce((SELECT (extract(epoch FROM m.session_timeout) * 1000)::bigint
+                                FROM {schema}.members m
+                                WHERE m.group_name = p_group AND m.member_id = p_member),
+                               10000)::text || 'ms',
+                      true);
+$$;
+
 -- A member's heartbeat: registers or extends its session and subscription. With p_joining (a
 -- new consumer instance, maybe a static member restarting) it bumps the epochs of the leases
 -- this member id holds, fencing any older instance with the same id. Returns whether the group
@@ -127,9 +140,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Rebalance, step 3 (under group_lock): writes the new targets, drops leases of partitions no
--- live member reads, records the member set and bumps the generation, and wakes the members
--- (notification at commit). Leases whose owner is mid-batch (FOR SHARE in claim_batch) make this
--- wait for that batch's commit; the owner field is never touched here.
+-- live member reads, and wakes the members (notification at commit). Lease rows locked by a
+-- batch in flight (FOR SHARE in claim_batch/commit_offsets) are skipped, never waited for: then
+-- the member set is not recorded, so the next heartbeat asks for the rebalance again. Otherwise
+-- records the member set and bumps the generation. Returns the generation, NULL if incomplete.
 CREATE FUNCTION {schema}.group_assign(
     p_group text, p_members text[], p_topic_ids integer[], p_partitions integer[],
     p_targets text[])
@@ -139,21 +153,39 @@ DECLARE
     new_generation bigint;
 BEGIN
     DELETE FROM {schema}.leases l
-    WHERE l.group_name = p_group
-      AND NOT EXISTS (SELECT FROM unnest(p_topic_ids, p_partitions) AS a(topic_id, partition)
-                      WHERE a.topic_id = l.topic_id AND a.partition = l.partition);
-    INSERT INTO {schema}.leases AS l (group_name, topic_id, partition, target, epoch)
+    USING (SELECT x.topic_id, x.partition FROM {schema}.leases x
+           WHERE x.group_name = p_group
+             AND NOT EXISTS (SELECT FROM unnest(p_topic_ids, p_partitions) AS a(topic_id, partition)
+                             WHERE a.topic_id = x.topic_id AND a.partition = x.partition)
+           FOR UPDATE SKIP LOCKED) gone
+    WHERE l.group_name = p_group AND l.topic_id = gone.topic_id AND l.partition = gone.partition;
+    UPDATE {schema}.leases l SET target = moved.target
+    FROM (SELECT x.topic_id, x.partition, a.target
+          FROM unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
+          JOIN {schema}.leases x
+            ON x.group_name = p_group AND x.topic_id = a.topic_id AND x.partition = a.partition
+          WHERE x.target IS DISTINCT FROM a.target
+          ORDER BY x.topic_id, x.partition
+          FOR UPDATE OF x SKIP LOCKED) moved
+    WHERE l.group_name = p_group AND l.topic_id = moved.topic_id
+      AND l.partition = moved.partition;
+    INSERT INTO {schema}.leases (group_name, topic_id, partition, target, epoch)
     SELECT p_group, a.topic_id, a.partition, a.target, nextval('{schema}.lease_epochs')
     FROM unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
     ORDER BY a.topic_id, a.partition
-    ON CONFLICT (group_name, topic_id, partition) DO UPDATE SET target = excluded.target
-    WHERE l.target IS DISTINCT FROM excluded.target;
+    ON CONFLICT (group_name, topic_id, partition) DO NOTHING;
+    PERFORM pg_notify('postroom_groups', p_group);
+    IF EXISTS (SELECT FROM {schema}.leases x
+               LEFT JOIN unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
+                 ON a.topic_id = x.topic_id AND a.partition = x.partition
+               WHERE x.group_name = p_group AND x.target IS DISTINCT FROM a.target) THEN
+        RETURN NULL;  -- some lease was busy: the next heartbeat finishes the rebalance
+    END IF;
     UPDATE {schema}.groups g
     SET members = (SELECT coalesce(array_agg(x ORDER BY x), '{{}}') FROM unnest(p_members) x),
         generation = g.generation + 1
     WHERE g.group_name = p_group
     RETURNING g.generation INTO new_generation;
-    PERFORM pg_notify('postroom_groups', p_group);
     RETURN new_generation;
 END;
 $$;
@@ -197,6 +229,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     released integer;
 BEGIN
+    PERFORM {schema}._guard_idle(p_group, p_member);
     UPDATE {schema}.leases l SET owner = NULL
     FROM unnest(p_topic_ids, p_partitions, p_epochs) AS a(topic_id, partition, epoch)
     WHERE l.group_name = p_group AND l.owner = p_member AND l.topic_id = a.topic_id
@@ -266,6 +299,7 @@ BEGIN
                 USING ERRCODE = 'PRF01';
         END IF;
     ELSE
+        PERFORM {schema}._guard_idle(p_group, p_member);
         SELECT a.topic_id, a.partition INTO bad
         FROM unnest(p_topic_ids, p_partitions, p_epochs) AS a(topic_id, partition, epoch)
         LEFT JOIN (SELECT l.topic_id, l.partition, l.epoch FROM {schema}.leases l
@@ -312,6 +346,7 @@ DECLARE
     lost record;
 BEGIN
     IF p_member IS NOT NULL THEN
+        PERFORM {schema}._guard_idle(p_group, p_member);
         SELECT a.topic_id, a.partition INTO lost
         FROM unnest(p_topic_ids, p_partitions, p_epochs) AS a(topic_id, partition, epoch)
         LEFT JOIN (SELECT l.topic_id, l.partition, l.epoch FROM {schema}.leases l
