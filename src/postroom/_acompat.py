@@ -1,29 +1,45 @@
-"""Concurrency primitives for the asyncio code; ``_compat.py`` has the same names for threads.
+"""Concurrency primitives in two flavours, side by side: asyncio and threads.
 
-The sync modules are generated from the async ones, which rename ``ACondition`` to
-``Condition`` and so on (tools/async_to_sync.py); keep the two files' interfaces identical.
+The async modules use the asyncio names (``ALock``, ``aspawn``, ...); tools/async_to_sync.py
+turns each into its thread twin, defined next to it here, when it generates the sync modules.
+The rule: an ``A``/``a``-prefixed name whose unprefixed twin is defined in this module maps to
+that twin (``ALock`` -> ``Lock``, ``agather`` -> ``gather``). Three asyncio names predate the
+rule and keep their names; their thread twins carry a ``sync`` mark instead (``JobThreads`` ->
+``SyncJobThreads``, ``new_future`` -> ``new_sync_future``, ``install_stop_handler`` ->
+``install_sync_stop_handler``), and ``IS_ASYNC`` becomes the constant ``False``.
+Keep both flavours of each primitive behaving alike: tests/test_acompat.py runs them side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
+import queue
 import signal
+import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import Future as _ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ._compat import JobCall
+from ._futures import LazyFuture
 from .errors import JobInterrupted
 
 T = TypeVar("T")
 
 IS_ASYNC = True
-"""Whether this is the asyncio flavour (coroutine job functions are allowed)."""
+"""Whether this is the asyncio flavour (the generator writes ``False`` in the sync modules)."""
 
 ALock = asyncio.Lock
+Lock = threading.Lock
 AFuture = asyncio.Future
+Future = _ThreadFuture
+AQueue = asyncio.Queue
+Queue = queue.Queue
 asleep = asyncio.sleep
+sleep = time.sleep
 
 
 class ACondition(asyncio.Condition):
@@ -36,8 +52,15 @@ class ACondition(asyncio.Condition):
         return True
 
 
+class Condition(threading.Condition):
+    def wait_timeout(self, timeout: float) -> bool:
+        """Wait for a notification at most ``timeout`` seconds; the lock must be held."""
+        return self.wait(timeout)
+
+
 class AEvent(asyncio.Event):
     async def wait_timeout(self, timeout: float) -> bool:
+        """Wait until the event is set, at most ``timeout`` seconds; whether it is set."""
         try:
             await asyncio.wait_for(self.wait(), timeout)
         except TimeoutError:
@@ -45,43 +68,111 @@ class AEvent(asyncio.Event):
         return True
 
 
+class Event(threading.Event):
+    def wait_timeout(self, timeout: float) -> bool:
+        """Wait until the event is set, at most ``timeout`` seconds; whether it is set."""
+        return self.wait(timeout)
+
+
 def aspawn(
     func: Callable[..., Coroutine[Any, Any, None]], *args: Any, name: str
 ) -> asyncio.Task[None]:
-    """Run ``func(*args)`` in the background (a task here, a daemon thread in the sync twin)."""
+    """Run ``func(*args)`` in the background, as a task."""
     return asyncio.get_running_loop().create_task(func(*args), name=name)
 
 
+class _Thread(threading.Thread):
+    """A daemon thread that keeps the exception its function ended with, for ``gather``."""
+
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+
+def spawn(func: Callable[..., None], *args: Any, name: str) -> threading.Thread:
+    """Run ``func(*args)`` in the background, in a daemon thread."""
+    thread = _Thread(target=func, args=args, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 async def agather(worker: asyncio.Task[None], timeout: float | None = None) -> None:
-    """Wait for a background worker to end."""
-    await asyncio.wait_for(worker, timeout)
+    """Wait up to ``timeout`` seconds for a background worker to end.
+
+    Raises ``TimeoutError`` if it is still running, and leaves it running (a thread cannot be
+    stopped, so neither flavour stops it); raises the exception the worker ended with, if any.
+    """
+    done, _ = await asyncio.wait({worker}, timeout=timeout)
+    if not done:
+        raise TimeoutError(f"{worker.get_name()} did not stop within {timeout} s")
+    worker.result()
 
 
-async def callback_async(func: Callable[..., Any], *args: Any) -> Any:
-    """Call a user callback: a coroutine function's result is awaited (plain in the twin)."""
+def gather(worker: threading.Thread, timeout: float | None = None) -> None:
+    """Wait up to ``timeout`` seconds for a background worker to end (see ``agather``)."""
+    worker.join(timeout)
+    if worker.is_alive():
+        raise TimeoutError(f"{worker.name} did not stop within {timeout} s")
+    error = getattr(worker, "error", None)
+    if error is not None:
+        raise error
+
+
+async def acall_hook(func: Callable[..., Any], *args: Any) -> Any:
+    """Call a user callback (``on_assign``...): a coroutine function's result is awaited."""
     result = func(*args)
     if inspect.isawaitable(result):
         return await result
     return result
 
 
+def call_hook(func: Callable[..., Any], *args: Any) -> Any:
+    """Call a user callback (the thread twin of ``acall_hook``)."""
+    return func(*args)
+
+
 def new_future() -> asyncio.Future[Any]:
+    """A future of the running loop."""
     return asyncio.get_running_loop().create_future()
 
 
+def new_sync_future() -> _ThreadFuture[Any]:
+    """A thread-safe future; lazy, as one is made per producer send (see _futures.py)."""
+    return LazyFuture()
+
+
 async def ato_thread(func: Callable[..., T], *args: Any) -> T:
-    """Run blocking ``func`` off the event loop (called directly in the sync twin)."""
+    """Run blocking ``func`` off the event loop."""
     return await asyncio.to_thread(func, *args)
+
+
+def to_thread(func: Callable[..., T], *args: Any) -> T:
+    """Run blocking ``func``: in the calling thread, as nothing else waits on it."""
+    return func(*args)
 
 
 async def ajoin_all(workers: Iterable[asyncio.Task[None]], timeout: float | None = None) -> bool:
     """Wait up to ``timeout`` seconds for all ``workers`` to end; whether they all did.
-    Unlike ``agather`` it never cancels them."""
+    Like ``agather`` it never stops them; unlike it, it raises nothing."""
     pending = [w for w in workers if not w.done()]
     if not pending:
         return True
     _, still = await asyncio.wait(pending, timeout=timeout)
     return not still
+
+
+def join_all(workers: Iterable[threading.Thread], timeout: float | None = None) -> bool:
+    """Wait up to ``timeout`` seconds for all ``workers`` to end; whether they all did."""
+    workers = list(workers)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for worker in workers:
+        worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    return not any(w.is_alive() for w in workers)
 
 
 def install_stop_handler(callback: Callable[[], None]) -> Callable[[], None]:
@@ -103,11 +194,98 @@ def install_stop_handler(callback: Callable[[], None]) -> Callable[[], None]:
     return restore
 
 
+def install_sync_stop_handler(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback`` on SIGTERM and SIGINT; returns a function restoring the old handlers.
+    Does nothing outside the main thread (Python delivers signals to the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: callback())
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = [ctypes.c_ulong, ctypes.py_object]
+
+
+class JobCall:
+    """One call of a job function in the calling thread, with a timeout and ``interrupt()``.
+
+    A thread cannot be killed, so both raise :class:`JobInterrupted` inside it
+    (``PyThreadState_SetAsyncExc``): the function sees it at its next Python bytecode. Code
+    blocked in C (a long ``time.sleep``, a socket read) sees it when that call returns.
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+        threads: SyncJobThreads | None = None,
+    ) -> None:
+        self._func = func
+        self._kwargs = kwargs
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._thread_id: int | None = None
+        self._reason: JobInterrupted | None = None
+        self._injected = False
+        self._finished = False
+
+    def run(self) -> Any:
+        """Call the function; raises :class:`JobInterrupted` with the reason if interrupted."""
+        timer = None
+        with self._lock:
+            if self._reason is not None:
+                raise self._reason
+            self._thread_id = threading.get_ident()
+        if self._timeout is not None:
+            timer = threading.Timer(
+                self._timeout,
+                self.interrupt,
+                [JobInterrupted(f"timed out after {self._timeout:g} s")],
+            )
+            timer.daemon = True
+            timer.start()
+        try:
+            return self._func(**self._kwargs)
+        except JobInterrupted:
+            raise self._reason or JobInterrupted() from None
+        finally:
+            self._disarm(timer)
+
+    def _disarm(self, timer: threading.Timer | None) -> None:
+        if timer is not None:
+            timer.cancel()
+        with self._lock:
+            self._finished = True
+            if self._injected and self._thread_id is not None:
+                # Clear an exception injected but not yet raised: the call is over.
+                _set_async_exc(self._thread_id, ctypes.py_object())
+
+    def interrupt(self, reason: JobInterrupted) -> None:
+        """Make the running call raise ``reason`` (once; later calls do nothing)."""
+        with self._lock:
+            if self._finished or self._reason is not None:
+                return
+            self._reason = reason
+            if self._thread_id is not None:
+                self._injected = True
+                _set_async_exc(self._thread_id, ctypes.py_object(_with_reason(reason.reason)))
+
+
 class AJobCall:
     """One call of a job function with a timeout and ``interrupt()``.
 
     A coroutine function runs as a task of its own and is cancelled on timeout or interrupt;
-    a plain function runs in a thread (see ``_compat.JobCall``), so it cannot block the loop.
+    a plain function runs in a thread (as a ``JobCall``), so it cannot block the loop.
     """
 
     def __init__(
@@ -158,7 +336,28 @@ class JobThreads:
     never queue behind the loop's small default executor."""
 
     def __init__(self, size: int) -> None:
+        self.size = size
         self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="postroom-job")
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class SyncJobThreads:
+    """Sync workers run jobs in their own slot threads: nothing to set up (see ``JobThreads``)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def close(self) -> None:
+        pass
+
+
+def _with_reason(reason: str) -> type[JobInterrupted]:
+    """A JobInterrupted subclass whose no-argument constructor carries ``reason``: an
+    exception raised asynchronously in a thread is given as a class, not an instance."""
+
+    def __init__(self: JobInterrupted) -> None:
+        JobInterrupted.__init__(self, reason)
+
+    return type("JobInterrupted", (JobInterrupted,), {"__init__": __init__})

@@ -14,6 +14,9 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from . import _sql
+from ._acompat import to_thread
+from ._conninfo import unavailable
+from .embedded import resolve_url
 from .errors import Fenced, InvalidArgument, InvalidType, OffsetOutOfRange, SchemaNotReady
 
 _QUERIES = _sql.all_queries()
@@ -60,6 +63,32 @@ class Database:
                     yield raw
             else:
                 yield raw
+
+
+def open_database(url: str | None, schema: str, min_size: int, max_size: int) -> Database:
+    """A database handle on ``url`` (else ``POSTROOM_URL``, ``DATABASE_URL``, the embedded
+    server), its pool open. Raises :class:`DatabaseUnavailable` at once, without the password,
+    if the server cannot be reached or the URL does not parse."""
+    conninfo = to_thread(resolve_url, url)
+    try:
+        # Fail now with the server's reason, not after the pool's 30 s of retries.
+        probe = psycopg.Connection.connect(conninfo, connect_timeout=10)
+    except psycopg.Error as exc:
+        # from None: the driver's error quotes the connection string, password included.
+        raise unavailable(conninfo, exc) from None
+    probe.close()
+    pool = ConnectionPool(
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        name="postroom",
+        # A connection cut while idle in the pool (server restart, proxy, failover) is
+        # replaced before it is handed out, instead of failing the caller's next statement.
+        check=ConnectionPool.check_connection,
+    )
+    pool.open(wait=True)
+    return Database(pool, conninfo, schema)
 
 
 def unwrap_connection(conn: object, expected: type[Any]) -> Any:

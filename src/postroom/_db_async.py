@@ -12,6 +12,9 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from . import _sql
+from ._acompat import ato_thread
+from ._conninfo import unavailable
+from .embedded import resolve_url
 from .errors import Fenced, InvalidArgument, InvalidType, OffsetOutOfRange, SchemaNotReady
 
 _QUERIES = _sql.all_queries()
@@ -58,6 +61,34 @@ class AsyncDatabase:
                     yield raw
             else:
                 yield raw
+
+
+async def open_database(
+    url: str | None, schema: str, min_size: int, max_size: int
+) -> AsyncDatabase:
+    """A database handle on ``url`` (else ``POSTROOM_URL``, ``DATABASE_URL``, the embedded
+    server), its pool open. Raises :class:`DatabaseUnavailable` at once, without the password,
+    if the server cannot be reached or the URL does not parse."""
+    conninfo = await ato_thread(resolve_url, url)
+    try:
+        # Fail now with the server's reason, not after the pool's 30 s of retries.
+        probe = await psycopg.AsyncConnection.connect(conninfo, connect_timeout=10)
+    except psycopg.Error as exc:
+        # from None: the driver's error quotes the connection string, password included.
+        raise unavailable(conninfo, exc) from None
+    await probe.close()
+    pool = AsyncConnectionPool(
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        name="postroom",
+        # A connection cut while idle in the pool (server restart, proxy, failover) is
+        # replaced before it is handed out, instead of failing the caller's next statement.
+        check=AsyncConnectionPool.check_connection,
+    )
+    await pool.open(wait=True)
+    return AsyncDatabase(pool, conninfo, schema)
 
 
 def unwrap_connection(conn: object, expected: type[Any]) -> Any:

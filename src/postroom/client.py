@@ -1,32 +1,19 @@
 # Generated from src/postroom/client_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""The entry point: ``connect()`` returns an :class:`Client` for one postroom schema."""
+"""The entry point: ``connect()`` (``connect_async()`` for asyncio) returns a client for one
+postroom schema."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
-
-from . import _sql
-from ._compat import IS_ASYNC, to_thread
-from ._db import Database
-from .embedded import resolve_url
-from .errors import (
-    DatabaseUnavailable,
-    GroupNotFound,
-    InvalidArgument,
-    InvalidName,
-    OffsetOutOfRange,
-    TopicExists,
-    TopicNotFound,
-)
+from ._db import Database, open_database
+from ._schema import Schema
+from .errors import InvalidArgument, InvalidName
+from .log.admin import LogAdmin
 from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
 from .log.metadata import TopicCache
@@ -34,32 +21,20 @@ from .log.producer import Appender, Producer
 from .log.records import (
     GroupInfo,
     HeaderValue,
-    PartitionInfo,
-    PartitionLag,
     Published,
     Record,
     TopicInfo,
     TopicPartition,
     Value,
-    check_name,
-    check_offset,
-    check_partition_count,
     make_record,
 )
 from .queue.backoff import Backoff
 from .queue.cron import parse_cron
 from .queue.jobs import Job, JobFunction, Jobs
+from .queue.options import EnqueueOptions
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
+from .queue.serializer import Serializer, check_serializer
 from .queue.worker import Worker
-
-GRANTS: dict[str, tuple[str, ...]] = {
-    "producer": ("grant_producer",),
-    "consumer": ("grant_consumer",),
-    "admin": ("grant_admin",),
-    "enqueuer": ("grant_enqueuer",),
-    "worker": ("grant_worker",),
-}
-"""The named grant statements (``_sql/grants.sql``) each capability needs."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -70,47 +45,27 @@ def connect(
     schema: str = "postroom",
     min_size: int = 1,
     max_size: int = 10,
+    serializer: Serializer | None = None,
 ) -> Client:
     """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
     PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
-    ``close()`` (or use ``with``) when done.
+    ``close()`` (or use ``with``) when done. ``serializer`` encodes job arguments and results
+    (default: JSON with datetime, date, UUID and Decimal; see ``postroom.Serializer``).
 
-        with postroom.connect() as client:
-            client.migrate()
+        with postroom.connect() as client:  # async with await postroom.connect_async()
+            client.migrate()  # await client.migrate()
+
+    Raises :class:`~postroom.errors.DatabaseUnavailable` at once if the server cannot be
+    reached or the URL does not parse; its message never contains the password.
     """
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidName(
             f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
             "not starting with a digit"
         )
-    conninfo = to_thread(resolve_url, url)
-    try:
-        # Fail now with the server's reason, not after the pool's 30 s of retries.
-        probe = psycopg.Connection.connect(conninfo, connect_timeout=10)
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to {_redacted(conninfo)}: {str(exc).strip()}"
-        ) from exc
-    probe.close()
-    pool = ConnectionPool(
-        conninfo,
-        min_size=min_size,
-        max_size=max_size,
-        open=False,
-        name="postroom",
-        # A connection cut while idle in the pool (server restart, proxy, failover) is
-        # replaced before it is handed out, instead of failing the caller's next statement.
-        check=ConnectionPool.check_connection,
-    )
-    pool.open(wait=True)
-    return Client(Database(pool, conninfo, schema))
-
-
-def _redacted(conninfo: str) -> str:
-    """The connection target without its password, for error messages."""
-    params = conninfo_to_dict(conninfo)
-    return " ".join(
-        f"{k}={v}" for k, v in params.items() if k in ("host", "port", "dbname", "user")
+    return Client(
+        open_database(url, schema, min_size, max_size),
+        serializer=check_serializer(serializer),
     )
 
 
@@ -122,10 +77,13 @@ class Client:
     and commits or rolls back with the caller's own rows; without it the write commits at once.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, serializer: Serializer | None = None) -> None:
         self._db = db
+        self._serializer = serializer
         self._topics = TopicCache(db)
         self._appender = Appender(db, self._topics)
+        self._admin = LogAdmin(db, self._topics)
+        self._schema = Schema(db)
 
     @property
     def schema(self) -> str:
@@ -148,57 +106,24 @@ class Client:
 
     def pending_migrations(self) -> list[str]:
         """Names (``NNNN_name``) of the migrations not yet applied to this schema."""
-        with self._db.connection() as conn:
-            cur = conn.execute(
-                self._db.q("schema_exists"), {"ledger": f"{self._db.schema}.schema_migrations"}
-            )
-            row = cur.fetchone()
-            applied: set[int] = set()
-            if row is not None and row[0]:
-                cur = conn.execute(self._db.q("applied_migrations"))
-                applied = {r[0] for r in cur.fetchall()}
-        return [f"{m.version:04d}_{m.name}" for m in _sql.migrations() if m.version not in applied]
+        return self._schema.pending_migrations()
 
     def migrate(self) -> list[str]:
         """Install or upgrade the schema; returns the migrations applied. Idempotent, and safe
         to call from many processes at once (they serialize on an advisory lock)."""
-        done = []
-        with self._db.connection() as conn:
-            conn.execute(self._db.q("lock_migrations"), {"schema": self._db.schema})
-            conn.execute(self._db.q("create_schema"))
-            cur = conn.execute(self._db.q("applied_migrations"))
-            applied = {r[0] for r in cur.fetchall()}
-            for migration in _sql.migrations():
-                if migration.version in applied:
-                    continue
-                conn.execute(_sql.render(migration.statement, self._db.schema))
-                conn.execute(
-                    self._db.q("record_migration"),
-                    {"version": migration.version, "name": migration.name},
-                )
-                done.append(f"{migration.version:04d}_{migration.name}")
-        return done
+        return self._schema.migrate()
 
     def grant(self, role: str, *capabilities: str) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume, keep group cursors),
-        ``"enqueuer"`` (enqueue jobs, read them and their results), ``"worker"`` (run jobs),
-        ``"admin"`` (everything in the schema). Run it as the schema owner after ``migrate()``.
+        ``"enqueuer"`` (enqueue jobs and wait for their results, through functions only),
+        ``"worker"`` (run jobs), ``"admin"`` (everything in the schema). Run it as the schema
+        owner after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role
+        does not exist.
 
             client.grant("orders_service", "producer")
         """
-        if not isinstance(role, str) or not role or len(role) > 63:
-            raise InvalidName(f"invalid role name {role!r}: 1-63 characters")
-        unknown = set(capabilities) - set(GRANTS)
-        if unknown or not capabilities:
-            raise InvalidArgument(
-                f"invalid capabilities {sorted(unknown) or list(capabilities)}: "
-                f"use one or more of {sorted(GRANTS)}"
-            )
-        with self._db.connection() as conn:
-            for capability in capabilities:
-                for statement in GRANTS[capability]:
-                    conn.execute(self._db.q_for_role(statement, role))
+        self._schema.grant(role, capabilities)
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -206,81 +131,22 @@ class Client:
         self, name: str, partitions: int = 1, retention: timedelta | None = None
     ) -> None:
         """Create a topic; raises :class:`TopicExists` if the name is taken."""
-        check_name("topic", name)
-        check_partition_count(partitions)
-        if retention is not None and (
-            not isinstance(retention, timedelta) or retention <= timedelta(0)
-        ):
-            raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
-        try:
-            with self._db.connection() as conn:
-                conn.execute(
-                    self._db.q("create_topic"),
-                    {"name": name, "partitions": partitions, "retention": retention},
-                )
-        except pg_errors.UniqueViolation:
-            raise TopicExists(f"topic {name!r} already exists") from None
+        self._admin.create_topic(name, partitions, retention)
 
     def list_topics(self) -> list[TopicInfo]:
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("list_topics"))
-            rows = cur.fetchall()
-        return [
-            TopicInfo(name, parts, None if ret is None else ret.total_seconds(), created, high)
-            for name, parts, ret, created, high in rows
-        ]
+        return self._admin.list_topics()
 
     def describe_topic(self, name: str) -> TopicInfo:
         """The topic with each partition's low/high-water marks, message count and bytes."""
-        meta = self._topics.get(name)
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("describe_partitions"), {"topic_id": meta.id})
-            parts = tuple(PartitionInfo(*row) for row in cur.fetchall())
-        for topic in self.list_topics():
-            if topic.name == name:
-                return TopicInfo(
-                    topic.name,
-                    topic.partitions,
-                    topic.retention_seconds,
-                    topic.created_at,
-                    topic.high_water,
-                    parts,
-                )
-        raise TopicNotFound(f"unknown topic {name!r}")
+        return self._admin.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic with its messages and every group's cursors on it."""
-        check_name("topic", name)
-        with self._db.connection() as conn:
-            # Messages have no foreign key (0001_log.sql): wait for in-flight writers first,
-            # so the delete's snapshot sees all of the topic's messages.
-            conn.execute(self._db.q("lock_topic_partitions"), {"name": name})
-            cur = conn.execute(self._db.q("delete_topic"), {"name": name})
-            deleted = cur.fetchone()
-        self._topics.forget(name)
-        if deleted is None:
-            raise TopicNotFound(f"unknown topic {name!r}")
+        self._admin.delete_topic(name)
 
     def add_partitions(self, name: str, total: int) -> None:
         """Grow the topic to ``total`` partitions (never fewer). Keys then map anew, as in Kafka."""
-        check_name("topic", name)
-        check_partition_count(total)
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("lock_topic"), {"name": name})
-            row = cur.fetchone()
-            if row is None:
-                raise TopicNotFound(f"unknown topic {name!r}")
-            topic_id, current = row
-            if total <= current:
-                raise InvalidArgument(
-                    f"topic {name!r} has {current} partitions: the new total must be more "
-                    f"(got {total}); partitions are never removed"
-                )
-            conn.execute(
-                self._db.q("add_partitions"),
-                {"topic_id": topic_id, "current": current, "total": total},
-            )
-        self._topics.forget(name)
+        self._admin.add_partitions(name, total)
 
     def apply_retention(
         self, *, group_expiry: timedelta = timedelta(days=7), batch_size: int = 10000
@@ -293,15 +159,7 @@ class Client:
         how many it deleted (call again while it returns a full batch). Run it periodically,
         from a cron job or ``postroom topic retention``: nothing in postroom runs it for you.
         """
-        if batch_size < 1:
-            raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
-        with self._db.connection() as conn:
-            cur = conn.execute(
-                self._db.q("apply_retention"),
-                {"group_expiry": group_expiry, "batch": batch_size},
-            )
-            row = cur.fetchone()
-        return 0 if row is None else int(row[0])
+        return self._admin.apply_retention(group_expiry, batch_size)
 
     # -- producing --------------------------------------------------------------------------
 
@@ -345,7 +203,7 @@ class Client:
         return make_record(topic, item)
 
     def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> Producer:
-        """A batching, non-transactional producer; see :class:`Producer`."""
+        """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``."""
         return Producer(self._appender, linger_ms=linger_ms, batch_size=batch_size)
 
     # -- consuming --------------------------------------------------------------------------
@@ -363,7 +221,7 @@ class Client:
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
         """A member of consumer group ``group`` (or, with ``partitions``, a consumer of those
-        partitions only, outside the group's assignment); see :class:`Consumer`."""
+        partitions only, outside the group's assignment); see :class:`AsyncConsumer`."""
         return Consumer(
             self._db,
             self._topics,
@@ -380,26 +238,11 @@ class Client:
     # -- groups -----------------------------------------------------------------------------
 
     def list_groups(self) -> list[GroupInfo]:
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("list_groups"))
-            rows = cur.fetchall()
-        return [GroupInfo(name, tuple(topics), lag, updated) for name, topics, lag, updated in rows]
+        return self._admin.list_groups()
 
     def describe_group(self, group: str) -> GroupInfo:
         """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
-        check_name("group", group)
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("describe_group"), {"group": group})
-            parts = tuple(PartitionLag(*row) for row in cur.fetchall())
-        if not parts:
-            raise GroupNotFound(f"unknown consumer group {group!r}: it has no committed cursor")
-        return GroupInfo(
-            group,
-            tuple(sorted({p.topic for p in parts})),
-            sum(p.lag for p in parts),
-            max(p.updated_at for p in parts),
-            parts,
-        )
+        return self._admin.describe_group(group)
 
     def reset_group(
         self,
@@ -412,55 +255,11 @@ class Client:
         """Move a group's cursors on ``topic`` to ``"earliest"``, ``"latest"``, an offset, or the
         first message at or after a datetime. Creates the cursors if the group is new. Returns
         the new next offset per partition. Run it while the group's consumers are stopped."""
-        check_name("group", group)
-        meta = self._topics.get(topic)
-        params: dict[str, Any] = {
-            "group": group,
-            "topic_id": meta.id,
-            "partition": partition,
-            "mode": "earliest",
-            "offset": None,
-            "timestamp": None,
-        }
-        if partition is not None and not (
-            isinstance(partition, int) and 0 <= partition < meta.partitions
-        ):
-            raise InvalidArgument(
-                f"partition {partition!r} does not exist: topic {topic!r} has partitions "
-                f"0..{meta.partitions - 1}"
-            )
-        if isinstance(to, datetime):
-            if to.tzinfo is None:
-                raise InvalidArgument(f"reset time {to!r} needs a timezone (aware datetime)")
-            params.update(mode="timestamp", timestamp=to)
-        elif to in ("earliest", "latest"):
-            params["mode"] = to
-        elif isinstance(to, int) and not isinstance(to, bool):
-            params.update(mode="offset", offset=check_offset(to))
-        else:
-            raise InvalidArgument(
-                f"invalid reset target {to!r}: use 'earliest', 'latest', an offset >= 0 or an "
-                "aware datetime"
-            )
-        with self._db.connection() as conn:
-            if params["mode"] == "offset":
-                cur = conn.execute(self._db.q("partition_high_waters"), {"topic_id": meta.id})
-                for part, high_water in cur.fetchall():
-                    if (partition is None or part == partition) and to > high_water:
-                        raise OffsetOutOfRange(
-                            f"offset {to} is beyond the high-water mark of {topic}/{part}: "
-                            f"allowed 0..{high_water}"
-                        )
-            cur = conn.execute(self._db.q("reset_cursors"), params)
-            return {part: offset for part, offset in cur.fetchall()}
+        return self._admin.reset_group(group, topic, to, partition)
 
     def delete_group(self, group: str) -> None:
         """Forget a group's cursors; a consumer of that group then starts anew."""
-        check_name("group", group)
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("delete_group"), {"group": group})
-            if cur.rowcount == 0:
-                raise GroupNotFound(f"unknown consumer group {group!r}")
+        self._admin.delete_group(group)
 
     # -- queue ------------------------------------------------------------------------------
     # Jobs: register with @client.job, enqueue in your transaction, run with client.worker().
@@ -470,7 +269,7 @@ class Client:
     def _queue(self) -> Jobs:
         jobs: Jobs | None = getattr(self, "_jobs", None)
         if jobs is None:
-            jobs = self._jobs = Jobs(self._db)
+            jobs = self._jobs = Jobs(self._db, self._serializer)
         return jobs
 
     def job(
@@ -488,9 +287,9 @@ class Client:
         """Register a job kind (default: the function's name) and its defaults.
 
             @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
-            def send_receipt(order_id: int) -> None: ...
+            def send_receipt(order_id: int) -> None: ...  # or async def, with AsyncClient
 
-            send_receipt.enqueue(order_id=42, conn=conn)
+            send_receipt.enqueue(order_id=42, conn=conn)  # await it with AsyncClient
 
         ``timeout`` (seconds) interrupts a run that takes longer; it counts as a failed
         attempt. ``backoff`` spaces the retries. ``max_concurrency`` and ``rate_limit`` (jobs
@@ -501,7 +300,7 @@ class Client:
             Callable[[Callable[..., Any]], JobFunction],
             self._queue.job_decorator(
                 kind,
-                allow_coroutines=IS_ASYNC,
+                allow_coroutines=False,
                 queue=queue,
                 priority=priority,
                 max_attempts=max_attempts,
@@ -545,33 +344,46 @@ class Client:
         args: Mapping[str, Any] | None = None,
         *,
         conn: object = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        unique_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Job:
         """Enqueue a job by kind name (registered here or not: a worker elsewhere may run it);
-        the options are those of ``JobFunction.enqueue``."""
-        request = self._queue.request(
-            kind,
-            args,
-            queue=queue,
-            priority=priority,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            unique_key=unique_key,
-        )
+        the options are :class:`postroom.EnqueueOptions`, as for ``JobFunction.enqueue``."""
+        request = self._queue.request(kind, args, options)
         return (self._queue.enqueue([request], conn))[0]
 
     def enqueue_batch(self, jobs: Iterable[Any], *, conn: object = None) -> list[Job]:
         """Enqueue many jobs in one transaction (the caller's with ``conn``), thousands per
-        statement. Items are ``func.prepare(**args, **options)`` or dicts with ``kind``,
-        ``args`` and enqueue options. Every item is checked before anything is written."""
+        statement. Items are ``func.prepare(**args, **options)`` (from this client or its sync
+        or async twin) or dicts with ``kind``, ``args`` and enqueue options. Every item is
+        checked before anything is written."""
         requests = [self._queue.request_from(item) for item in jobs]
         return self._queue.enqueue(requests, conn)
+
+    def enqueue_group(
+        self, jobs: Iterable[Any], *, then: Any = None, conn: object = None
+    ) -> tuple[list[Job], Job | None]:
+        """Enqueue a group of jobs and, with ``then``, a callback job that runs once every
+        member succeeded (Celery's chord), in one transaction. Items are as in
+        ``enqueue_batch``; returns the members and the callback.
+
+            members, merge = await client.enqueue_group(
+                [fetch.prepare(url=u) for u in urls], then=merge_pages.prepare(), conn=conn
+            )
+        """
+        requests = [self._queue.request_from(item) for item in jobs]
+        callback = None if then is None else self._queue.request_from(then)
+        return self._queue.enqueue_group(requests, callback, conn)
+
+    def pause_queue(self, queue: str) -> bool:
+        """Stop every worker claiming from ``queue`` (within a claim interval; jobs already
+        running finish). Returns False if it was paused already. Paused queues survive
+        restarts and show in ``job_stats()``; ``resume_queue`` undoes it."""
+        return self._queue.pause(queue)
+
+    def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again (they are woken at once); False if it was
+        not paused."""
+        return self._queue.resume(queue)
 
     def worker(
         self,
@@ -581,7 +393,8 @@ class Client:
         **options: Any,
     ) -> Worker:
         """A worker for ``queues`` (default: the queues of the registered jobs); see
-        :class:`Worker` for the options. ``worker.run()`` runs it."""
+        ``Worker``/``AsyncWorker`` for the options. ``worker.run()`` (awaited with
+        ``AsyncClient``) runs it."""
         return Worker(
             self._queue,
             None if queues is None else list(queues),

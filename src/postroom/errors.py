@@ -106,3 +106,13 @@ class Fenced(PostroomError):
 class TransactionAborted(PostroomError):
     """The transaction of a ``consumer.transaction()`` block was aborted by a database error
     that the block caught: nothing was committed, and the batch will be delivered again."""
+
+
+class RoleNotFound(NotFound):
+    """``grant()`` named a database role that does not exist."""
+
+
+class WorkerCrashed(PostroomError):
+    """A worker's background loop (claiming, write-back, heartbeat, ...) failed and cannot go
+    on: ``run()`` stopped the worker and raises this, so the process ends with an error and a
+    supervisor can restart it."""

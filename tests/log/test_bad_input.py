@@ -34,9 +34,9 @@ INJECTIONS = [
 ]
 
 
-def snapshot(client: postroom.Client) -> tuple[object, ...]:
+def snapshot(any_client: postroom.Client) -> tuple[object, ...]:
     """Everything stored: topics, messages, cursors."""
-    with psycopg.connect(client.conninfo) as conn:
+    with psycopg.connect(any_client.conninfo) as conn:
         return tuple(
             conn.execute(query).fetchall()
             for query in (
@@ -51,16 +51,16 @@ def snapshot(client: postroom.Client) -> tuple[object, ...]:
 
 
 @pytest.fixture
-def stored(client: postroom.Client) -> Iterator[postroom.Client]:
+def stored(any_client: postroom.Client) -> Iterator[postroom.Client]:
     """A client with some data, checked unchanged after the test."""
-    client.create_topic("orders", partitions=2)
-    client.publish_batch("orders", [{"value": i, "key": str(i)} for i in range(10)])
-    with client.consumer("billing", "orders") as consumer:
+    any_client.create_topic("orders", partitions=2)
+    any_client.publish_batch("orders", [{"value": i, "key": str(i)} for i in range(10)])
+    with any_client.consumer("billing", "orders") as consumer:
         consumer.poll(timeout=1, max_messages=4)
         consumer.commit()
-    before = snapshot(client)
-    yield client
-    assert snapshot(client) == before
+    before = snapshot(any_client)
+    yield any_client
+    assert snapshot(any_client) == before
 
 
 @pytest.mark.parametrize("name", INJECTIONS)
@@ -198,14 +198,14 @@ def test_unreachable_database_fails_fast_and_names_the_target() -> None:
 
 
 def test_headers_written_through_sql_in_other_json_forms_stay_readable(
-    client: postroom.Client,
+    any_client: postroom.Client,
 ) -> None:
-    client.create_topic("t")
-    with psycopg.connect(client.conninfo) as conn:
+    any_client.create_topic("t")
+    with psycopg.connect(any_client.conninfo) as conn:
         conn.execute(
             "SELECT * FROM postroom.publish('t', 'v'::bytea, NULL, %s::jsonb)",
             ['{"n": 1, "s": "x", "o": {"a": true}}'],
         )
-    with client.consumer("g", "t") as consumer:
+    with any_client.consumer("g", "t") as consumer:
         (message,) = consumer.poll(timeout=1)
     assert message.headers == {"n": "1", "s": "x", "o": '{"a":true}'}

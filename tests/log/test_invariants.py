@@ -9,7 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -50,60 +52,66 @@ def partition_rows(conninfo: str, partition: int = 0) -> list[tuple[int, bytes]]
 
 
 @pytest.mark.slow
-def test_producers_in_several_processes_get_gapless_offsets(client: postroom.Client) -> None:
-    client.create_topic("t", partitions=2)
+def test_producers_in_several_processes_get_gapless_offsets(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", partitions=2)
     procs = [
-        subprocess.Popen([sys.executable, "-c", PRODUCER, client.conninfo, f"p{i}", "300"])
+        subprocess.Popen([sys.executable, "-c", PRODUCER, any_client.conninfo, f"p{i}", "300"])
         for i in range(4)
     ]
     for proc in procs:
         assert proc.wait(timeout=90) == 0
-    rows = partition_rows(client.conninfo)
+    rows = partition_rows(any_client.conninfo)
     assert [offset for offset, _ in rows] == list(range(1200))
     seen = [json.loads(value) for _, value in rows]
     assert len({(m["producer"], m["seq"]) for m in seen}) == 1200  # each message once
     for name in ("p0", "p1", "p2", "p3"):
         seqs = [m["seq"] for m in seen if m["producer"] == name]
         assert seqs == list(range(300))  # each producer's order kept
-    assert client.describe_topic("t").partition_info[0].high_water == 1200
+    assert any_client.describe_topic("t").partition_info[0].high_water == 1200
 
 
-def test_rolled_back_publish_leaves_no_message_and_no_gap(client: postroom.Client) -> None:
-    client.create_topic("t")
-    client.publish("t", "first")
-    with psycopg.connect(client.conninfo) as conn:
+def test_rolled_back_publish_leaves_no_message_and_no_gap(
+    any_client: postroom.Client, any_connect: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    any_client.create_topic("t")
+    any_client.publish("t", "first")
+    with any_connect() as conn:
         conn.execute("CREATE TABLE orders (id int)")
         conn.execute("INSERT INTO orders VALUES (1)")
-        assert client.publish("t", "lost", conn=conn) == postroom.Published(0, 1)
-        client.publish_batch("t", ["lost too", "and this"], conn=conn)
+        assert any_client.publish("t", "lost", conn=conn) == postroom.Published(0, 1)
+        any_client.publish_batch("t", ["lost too", "and this"], conn=conn)
         conn.rollback()
-    assert client.publish("t", "second") == postroom.Published(0, 1)
-    assert [v for _, v in partition_rows(client.conninfo)] == [b"first", b"second"]
-    with psycopg.connect(client.conninfo) as conn:
+    assert any_client.publish("t", "second") == postroom.Published(0, 1)
+    assert [v for _, v in partition_rows(any_client.conninfo)] == [b"first", b"second"]
+    with psycopg.connect(any_client.conninfo) as conn:
         assert conn.execute("SELECT to_regclass('orders')").fetchone() == (None,)
 
 
-def test_committed_publish_commits_with_the_business_row(client: postroom.Client) -> None:
-    client.create_topic("t")
-    with psycopg.connect(client.conninfo) as conn:
+def test_committed_publish_commits_with_the_business_row(
+    any_client: postroom.Client, any_connect: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    any_client.create_topic("t")
+    with any_connect() as conn:
         conn.execute("CREATE TABLE orders (id int)")
         conn.commit()
         conn.execute("INSERT INTO orders VALUES (42)")
-        client.publish("t", {"order": 42}, conn=conn)
+        any_client.publish("t", {"order": 42}, conn=conn)
         # Not visible to others before the caller commits.
-        assert partition_rows(client.conninfo) == []
+        assert partition_rows(any_client.conninfo) == []
         conn.commit()
-    assert [v for _, v in partition_rows(client.conninfo)] == [b'{"order":42}']
+    assert [v for _, v in partition_rows(any_client.conninfo)] == [b'{"order":42}']
 
 
-def test_publish_with_an_autocommit_connection_is_atomic(client: postroom.Client) -> None:
-    client.create_topic("t", partitions=3)
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        published = client.publish_batch(
+def test_publish_with_an_autocommit_connection_is_atomic(
+    any_client: postroom.Client, any_connect: Callable[..., psycopg.Connection[Any]]
+) -> None:
+    any_client.create_topic("t", partitions=3)
+    with any_connect(autocommit=True) as conn:
+        published = any_client.publish_batch(
             "t", [{"value": i, "key": str(i)} for i in range(30)], conn=conn
         )
     assert len(published) == 30
-    assert sum(p.messages for p in client.describe_topic("t").partition_info) == 30
+    assert sum(p.messages for p in any_client.describe_topic("t").partition_info) == 30
 
 
 @settings(
@@ -119,19 +127,21 @@ def test_publish_with_an_autocommit_connection_is_atomic(client: postroom.Client
     )
 )
 def test_reader_never_sees_a_gap_while_writers_are_in_flight(
-    client: postroom.Client, plans: list[list[tuple[int, bool]]]
+    any_client: postroom.Client,
+    any_connect: Callable[..., psycopg.Connection[Any]],
+    plans: list[list[tuple[int, bool]]],
 ) -> None:
     """Writers commit or roll back batches at random while a reader polls: every poll continues
     exactly where the last ended, and the reader ends with every committed message."""
     topic = f"t{abs(hash(str(plans))) % 10**9}"
-    client.create_topic(topic)
+    any_client.create_topic(topic)
     committed = sum(size for plan in plans for size, rollback in plan if not rollback)
     writers_done = threading.Event()
 
     def write(plan: list[tuple[int, bool]]) -> None:
-        with psycopg.connect(client.conninfo) as conn:
+        with any_connect() as conn:
             for size, rollback in plan:
-                client.publish_batch(topic, [b"x"] * size, conn=conn)
+                any_client.publish_batch(topic, [b"x"] * size, conn=conn)
                 time.sleep(0.001)  # widen the window in which the batch is uncommitted
                 conn.rollback() if rollback else conn.commit()
 
@@ -139,7 +149,7 @@ def test_reader_never_sees_a_gap_while_writers_are_in_flight(
     for thread in threads:
         thread.start()
     seen: list[int] = []
-    with client.consumer("reader", topic) as consumer:
+    with any_client.consumer("reader", topic) as consumer:
         deadline = time.monotonic() + 30
         while len(seen) < committed and time.monotonic() < deadline:
             for message in consumer.poll(timeout=0.05, max_messages=7):
@@ -151,10 +161,10 @@ def test_reader_never_sees_a_gap_while_writers_are_in_flight(
     assert seen == list(range(committed))
 
 
-def test_rolled_back_transactional_consume_redelivers(client: postroom.Client) -> None:
-    client.create_topic("t")
-    client.publish_batch("t", [f"m{i}" for i in range(5)])
-    with client.consumer("g", "t") as consumer:
+def test_rolled_back_transactional_consume_redelivers(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    any_client.publish_batch("t", [f"m{i}" for i in range(5)])
+    with any_client.consumer("g", "t") as consumer:
         with pytest.raises(RuntimeError, match="handler failed"):
             with consumer.transaction(max_messages=3) as batch:
                 assert [m.offset for m in batch] == [0, 1, 2]
@@ -164,18 +174,18 @@ def test_rolled_back_transactional_consume_redelivers(client: postroom.Client) -
         with consumer.transaction(max_messages=10) as batch:
             assert [m.text() for m in batch] == [f"m{i}" for i in range(5)]
         assert consumer.committed(postroom.TopicPartition("t", 0)) == 5
-    with psycopg.connect(client.conninfo) as conn:
+    with psycopg.connect(any_client.conninfo) as conn:
         assert conn.execute("SELECT to_regclass('side_effect')").fetchone() == (None,)
 
 
-def test_transactional_consumers_in_one_group_share_partitions(client: postroom.Client) -> None:
+def test_transactional_consumers_in_one_group_share_partitions(any_client: postroom.Client) -> None:
     """Two consumers claiming at once take different partitions (SKIP LOCKED on the cursors),
     even when their manual assignments overlap (group members never share a partition)."""
-    client.create_topic("t", partitions=2)
-    client.publish_batch("t", [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}])
+    any_client.create_topic("t", partitions=2)
+    any_client.publish_batch("t", [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}])
     both = [postroom.TopicPartition("t", 0), postroom.TopicPartition("t", 1)]
-    first = client.consumer("g", "t", partitions=both)
-    second = client.consumer("g", "t", partitions=both)
+    first = any_client.consumer("g", "t", partitions=both)
+    second = any_client.consumer("g", "t", partitions=both)
     with first.transaction() as one, second.transaction() as two:
         assert {one.topic_partition, two.topic_partition} == {
             postroom.TopicPartition("t", 0),
@@ -227,31 +237,31 @@ with postroom.connect(url) as client, client.consumer("g", "t") as consumer, \
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["transactional", "poll"])
 def test_kill_9_of_a_consumer_mid_batch_loses_nothing(
-    client: postroom.Client, tmp_path: Path, mode: str
+    any_client: postroom.Client, tmp_path: Path, mode: str
 ) -> None:
-    client.create_topic("t", partitions=3)
-    client.publish_batch("t", [{"value": i, "key": str(i)} for i in range(600)])
-    with psycopg.connect(client.conninfo) as conn:
+    any_client.create_topic("t", partitions=3)
+    any_client.publish_batch("t", [{"value": i, "key": str(i)} for i in range(600)])
+    with psycopg.connect(any_client.conninfo) as conn:
         conn.execute('CREATE TABLE processed (partition int, "offset" bigint)')
     code = TRANSACTIONAL_CONSUMER if mode == "transactional" else POLL_CONSUMER
     marker = tmp_path / "marker"
-    victim = subprocess.Popen([sys.executable, "-c", code, client.conninfo, str(marker)])
+    victim = subprocess.Popen([sys.executable, "-c", code, any_client.conninfo, str(marker)])
     try:
         wait_for(marker.exists)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
         # A fresh member of the group resumes from the committed cursors.
         survivor = subprocess.run(
-            [sys.executable, "-c", code, client.conninfo, str(marker)], timeout=90, check=True
+            [sys.executable, "-c", code, any_client.conninfo, str(marker)], timeout=90, check=True
         )
         assert survivor.returncode == 0
     finally:
         victim.kill()
-    with psycopg.connect(client.conninfo) as conn:
+    with psycopg.connect(any_client.conninfo) as conn:
         rows = conn.execute('SELECT partition, "offset" FROM processed').fetchall()
     expected = {
         (p.partition, o)
-        for p in client.describe_topic("t").partition_info
+        for p in any_client.describe_topic("t").partition_info
         for o in range(p.high_water)
     }
     assert set(rows) == expected  # nothing lost
@@ -259,4 +269,4 @@ def test_kill_9_of_a_consumer_mid_batch_loses_nothing(
         assert len(rows) == len(expected)  # database side effects exactly once
     else:
         assert len(rows) > len(expected)  # at least once: the uncommitted batch came again
-    assert client.describe_group("g").lag == 0
+    assert any_client.describe_group("g").lag == 0

@@ -53,13 +53,13 @@ def test_sql_partitioner_agrees_with_python(dsn: str, key: bytes, partitions: in
     assert row[0] == partition_for_key(key, partitions)
 
 
-def test_publish_places_keys_like_kafka(client: postroom.Client) -> None:
-    client.create_topic("keyed", partitions=6)
+def test_publish_places_keys_like_kafka(any_client: postroom.Client) -> None:
+    any_client.create_topic("keyed", partitions=6)
     keys = [f"customer-{i}" for i in range(50)]
-    published = client.publish_batch("keyed", [{"value": k, "key": k} for k in keys])
+    published = any_client.publish_batch("keyed", [{"value": k, "key": k} for k in keys])
     for key, where in zip(keys, published, strict=True):
         assert where.partition == partition_for_key(key.encode(), 6)
-    with psycopg.connect(client.conninfo) as conn:
+    with psycopg.connect(any_client.conninfo) as conn:
         rows = conn.execute(
             "SELECT partition FROM postroom.publish_batch('keyed', %s::bytea[], %s::bytea[])",
             [[k.encode() for k in keys], [k.encode() for k in keys]],

@@ -12,10 +12,10 @@ import postroom
 from postroom.errors import InvalidType, ProducerClosed, TopicNotFound
 
 
-def test_threads_share_one_producer(client: postroom.Client) -> None:
-    client.create_topic("t", partitions=4)
+def test_threads_share_one_producer(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", partitions=4)
     results: dict[str, list[postroom.Published]] = defaultdict(list)
-    with client.producer(linger_ms=2, batch_size=64) as producer:
+    with any_client.producer(linger_ms=2, batch_size=64) as producer:
 
         def send(name: str) -> None:
             futures = [producer.send("t", f"{name}-{i}", key=name) for i in range(200)]
@@ -31,16 +31,16 @@ def test_threads_share_one_producer(client: postroom.Client) -> None:
         assert len({p.partition for p in published}) == 1
         offsets = [p.offset for p in published]
         assert offsets == sorted(offsets)
-    with client.consumer("g", "t") as consumer:
+    with any_client.consumer("g", "t") as consumer:
         seen: list[postroom.Message] = []
         while len(seen) < 800:
             seen += consumer.poll(timeout=1, max_messages=1000)
     assert len({m.text() for m in seen}) == 800
 
 
-def test_flush_and_errors(client: postroom.Client) -> None:
-    client.create_topic("t")
-    producer = client.producer(linger_ms=60_000)
+def test_flush_and_errors(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    producer = any_client.producer(linger_ms=60_000)
     future = producer.send("t", "x")
     started = time.monotonic()
     producer.flush()  # writes at once: does not wait out the linger

@@ -9,10 +9,10 @@ from concurrent.futures import Future
 import postroom
 
 
-def test_many_threads_small_batches_then_close(client: postroom.Client) -> None:
-    client.create_topic("busy", partitions=3)
+def test_many_threads_small_batches_then_close(any_client: postroom.Client) -> None:
+    any_client.create_topic("busy", partitions=3)
     futures: dict[str, list[Future[postroom.Published]]] = defaultdict(list)
-    producer = client.producer(linger_ms=0, batch_size=7)
+    producer = any_client.producer(linger_ms=0, batch_size=7)
 
     def send(key: str) -> None:
         for n in range(300):

@@ -17,42 +17,42 @@ def age_messages(conninfo: str, hours: int) -> None:
         )
 
 
-def test_retention_keeps_what_an_active_group_has_not_read(client: postroom.Client) -> None:
-    client.create_topic("t", retention=timedelta(hours=1))
-    client.create_topic("forever")
-    client.publish_batch("t", list(range(10)))
-    client.publish_batch("forever", list(range(10)))
-    with client.consumer("slow", "t") as consumer:
+def test_retention_keeps_what_an_active_group_has_not_read(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", retention=timedelta(hours=1))
+    any_client.create_topic("forever")
+    any_client.publish_batch("t", list(range(10)))
+    any_client.publish_batch("forever", list(range(10)))
+    with any_client.consumer("slow", "t") as consumer:
         consumer.poll(timeout=1, max_messages=4)
         consumer.commit()
-    assert client.apply_retention() == 0  # nothing is old yet
-    age_messages(client.conninfo, 2)
-    assert client.apply_retention() == 4  # old, but only 0..3 were read by the slow group
-    info = client.describe_topic("t").partition_info[0]
+    assert any_client.apply_retention() == 0  # nothing is old yet
+    age_messages(any_client.conninfo, 2)
+    assert any_client.apply_retention() == 4  # old, but only 0..3 were read by the slow group
+    info = any_client.describe_topic("t").partition_info[0]
     assert (info.low_water, info.high_water, info.messages) == (4, 10, 6)
-    assert client.describe_topic("forever").partition_info[0].messages == 10
-    with client.consumer("slow", "t") as consumer:
+    assert any_client.describe_topic("forever").partition_info[0].messages == 10
+    with any_client.consumer("slow", "t") as consumer:
         assert [m.offset for m in consumer.poll(timeout=1, max_messages=100)] == list(range(4, 10))
         consumer.commit()
-    assert client.apply_retention(batch_size=2) == 2  # batches bound each call
-    assert client.apply_retention() == 4
-    assert client.describe_topic("t").partition_info[0].messages == 0
+    assert any_client.apply_retention(batch_size=2) == 2  # batches bound each call
+    assert any_client.apply_retention() == 4
+    assert any_client.describe_topic("t").partition_info[0].messages == 0
     # A new group starts at the earliest retained offset, which is now the high-water mark.
-    client.publish("t", "fresh")
-    with client.consumer("new", "t") as consumer:
+    any_client.publish("t", "fresh")
+    with any_client.consumer("new", "t") as consumer:
         assert [m.text() for m in consumer.poll(timeout=1)] == ["fresh"]
 
 
-def test_an_expired_group_does_not_pin_the_log(client: postroom.Client) -> None:
-    client.create_topic("t", retention=timedelta(minutes=5))
-    client.publish_batch("t", list(range(5)))
-    with client.consumer("abandoned", "t") as consumer:
+def test_an_expired_group_does_not_pin_the_log(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", retention=timedelta(minutes=5))
+    any_client.publish_batch("t", list(range(5)))
+    with any_client.consumer("abandoned", "t") as consumer:
         consumer.poll(timeout=1, max_messages=1)
         consumer.commit()
-    age_messages(client.conninfo, 1)
-    assert client.apply_retention() == 1
-    with psycopg.connect(client.conninfo) as conn:
+    age_messages(any_client.conninfo, 1)
+    assert any_client.apply_retention() == 1
+    with psycopg.connect(any_client.conninfo) as conn:
         conn.execute("UPDATE postroom.cursors SET updated_at = now() - interval '8 days'")
-    assert client.apply_retention() == 4
-    group = client.describe_group("abandoned")
+    assert any_client.apply_retention() == 4
+    group = any_client.describe_group("abandoned")
     assert group.lag == 4  # messages it will never see

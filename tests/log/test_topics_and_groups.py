@@ -12,51 +12,51 @@ import postroom
 from postroom import TopicPartition
 
 
-def test_topic_lifecycle(client: postroom.Client) -> None:
-    client.create_topic("b.events", partitions=3, retention=timedelta(days=7))
-    client.create_topic("a_events")
-    assert [t.name for t in client.list_topics()] == ["a_events", "b.events"]
-    client.publish_batch("b.events", [{"value": b"12345", "partition": 1}] * 4)
-    info = client.describe_topic("b.events")
+def test_topic_lifecycle(any_client: postroom.Client) -> None:
+    any_client.create_topic("b.events", partitions=3, retention=timedelta(days=7))
+    any_client.create_topic("a_events")
+    assert [t.name for t in any_client.list_topics()] == ["a_events", "b.events"]
+    any_client.publish_batch("b.events", [{"value": b"12345", "partition": 1}] * 4)
+    info = any_client.describe_topic("b.events")
     assert info.partitions == 3
     assert info.retention_seconds == 7 * 86400
     assert info.high_water == 4
     assert [
         (p.partition, p.low_water, p.high_water, p.messages, p.bytes) for p in info.partition_info
     ] == [(0, 0, 0, 0, 0), (1, 0, 4, 4, 20), (2, 0, 0, 0, 0)]
-    client.add_partitions("b.events", 5)
-    assert len(client.describe_topic("b.events").partition_info) == 5
-    assert client.publish("b.events", "x", partition=4) == postroom.Published(4, 0)
-    with client.consumer("g", "b.events") as consumer:
+    any_client.add_partitions("b.events", 5)
+    assert len(any_client.describe_topic("b.events").partition_info) == 5
+    assert any_client.publish("b.events", "x", partition=4) == postroom.Published(4, 0)
+    with any_client.consumer("g", "b.events") as consumer:
         assert len(consumer.poll(timeout=1, max_messages=100)) == 5
         consumer.commit()
-    client.delete_topic("b.events")
-    assert [t.name for t in client.list_topics()] == ["a_events"]
-    with psycopg.connect(client.conninfo) as conn:
+    any_client.delete_topic("b.events")
+    assert [t.name for t in any_client.list_topics()] == ["a_events"]
+    with psycopg.connect(any_client.conninfo) as conn:
         assert conn.execute("SELECT count(*) FROM postroom.messages").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM postroom.cursors").fetchone() == (0,)
     # The name can be used again, with offsets from 0.
-    client.create_topic("b.events")
-    assert client.publish("b.events", "again") == postroom.Published(0, 0)
+    any_client.create_topic("b.events")
+    assert any_client.publish("b.events", "again") == postroom.Published(0, 0)
 
 
-def test_unkeyed_batches_stick_to_one_partition(client: postroom.Client) -> None:
-    client.create_topic("t", partitions=4)
+def test_unkeyed_batches_stick_to_one_partition(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", partitions=4)
     for _ in range(5):
-        published = client.publish_batch("t", list(range(20)))
+        published = any_client.publish_batch("t", list(range(20)))
         assert len({p.partition for p in published}) == 1
         offsets = [p.offset for p in published]
         assert offsets == list(range(offsets[0], offsets[0] + 20))
 
 
-def test_poll_commit_seek_position(client: postroom.Client) -> None:
-    client.create_topic("t")
-    client.publish_batch(
+def test_poll_commit_seek_position(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    any_client.publish_batch(
         "t",
         [f"m{i}" for i in range(10)],
     )
     tp = TopicPartition("t", 0)
-    with client.consumer("g", "t") as consumer:
+    with any_client.consumer("g", "t") as consumer:
         assert consumer.assignment() == {tp}
         first = consumer.poll(timeout=1, max_messages=4)
         assert [m.offset for m in first] == [0, 1, 2, 3]
@@ -73,35 +73,35 @@ def test_poll_commit_seek_position(client: postroom.Client) -> None:
         assert consumer.poll(timeout=0.05, max_messages=100)[-1].offset == 9
         assert consumer.poll(timeout=0.05) == []
     # A new member of the group resumes from the committed cursor.
-    with client.consumer("g", "t") as consumer:
+    with any_client.consumer("g", "t") as consumer:
         assert consumer.poll(timeout=1, max_messages=1)[0].offset == 4
 
 
-def test_new_group_latest_starts_at_the_end(client: postroom.Client) -> None:
-    client.create_topic("t")
-    client.publish_batch("t", ["old", "old"])
-    with client.consumer("late", "t", auto_offset_reset="latest") as consumer:
+def test_new_group_latest_starts_at_the_end(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    any_client.publish_batch("t", ["old", "old"])
+    with any_client.consumer("late", "t", auto_offset_reset="latest") as consumer:
         assert consumer.poll(timeout=0.05) == []
-        client.publish("t", "new")
+        any_client.publish("t", "new")
         assert [m.text() for m in consumer.poll(timeout=2)] == ["new"]
 
 
-def test_poll_wakes_up_on_publish(client: postroom.Client) -> None:
-    client.create_topic("t")
-    with client.consumer("g", "t") as consumer:
+def test_poll_wakes_up_on_publish(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    with any_client.consumer("g", "t") as consumer:
         assert consumer.poll(timeout=0) == []
-        client.publish("t", "wake")
+        any_client.publish("t", "wake")
         started = time.monotonic()
         messages = consumer.poll(timeout=5)
         assert [m.text() for m in messages] == ["wake"]
         assert time.monotonic() - started < 5
 
 
-def test_explicit_partitions_and_iteration(client: postroom.Client) -> None:
-    client.create_topic("t", partitions=3)
+def test_explicit_partitions_and_iteration(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", partitions=3)
     for p in range(3):
-        client.publish("t", f"p{p}", partition=p)
-    consumer = client.consumer("g", "t", partitions=[TopicPartition("t", 2)])
+        any_client.publish("t", f"p{p}", partition=p)
+    consumer = any_client.consumer("g", "t", partitions=[TopicPartition("t", 2)])
     messages = []
     for message in consumer:
         messages.append(message)
@@ -110,35 +110,38 @@ def test_explicit_partitions_and_iteration(client: postroom.Client) -> None:
     assert [(m.partition, m.text()) for m in messages] == [(2, "p2")]
 
 
-def test_group_describe_lag_and_reset(client: postroom.Client) -> None:
-    client.create_topic("t", partitions=2)
-    client.publish_batch("t", [{"value": i, "partition": i % 2} for i in range(10)])
-    with client.consumer("g", "t") as consumer:
+def test_group_describe_lag_and_reset(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", partitions=2)
+    any_client.publish_batch("t", [{"value": i, "partition": i % 2} for i in range(10)])
+    with any_client.consumer("g", "t") as consumer:
         consumer.poll(timeout=1, max_messages=3)
         consumer.commit()
-    group = client.describe_group("g")
+    group = any_client.describe_group("g")
     assert group.topics == ("t",)
     assert group.lag == 7
     assert sum(p.committed for p in group.partitions) == 3
     assert all(p.high_water == 5 for p in group.partitions)
     assert all(p.lag_seconds >= 0 for p in group.partitions)
-    assert [(g.name, g.lag) for g in client.list_groups()] == [("g", 7)]
+    assert [(g.name, g.lag) for g in any_client.list_groups()] == [("g", 7)]
 
-    assert client.reset_group("g", "t", to="latest") == {0: 5, 1: 5}
-    assert client.describe_group("g").lag == 0
-    assert client.reset_group("g", "t", to=2, partition=1) == {1: 2}
-    assert client.reset_group("g", "t", to="earliest") == {0: 0, 1: 0}
+    assert any_client.reset_group("g", "t", to="latest") == {0: 5, 1: 5}
+    assert any_client.describe_group("g").lag == 0
+    assert any_client.reset_group("g", "t", to=2, partition=1) == {1: 2}
+    assert any_client.reset_group("g", "t", to="earliest") == {0: 0, 1: 0}
     cutoff = datetime.now(UTC) + timedelta(seconds=1)
-    assert client.reset_group("g", "t", to=cutoff) == {0: 5, 1: 5}
-    assert client.reset_group("g", "t", to=datetime.now(UTC) - timedelta(hours=1)) == {0: 0, 1: 0}
-    assert client.reset_group("new-group", "t", to="latest") == {0: 5, 1: 5}
-    client.delete_group("g")
-    assert [g.name for g in client.list_groups()] == ["new-group"]
+    assert any_client.reset_group("g", "t", to=cutoff) == {0: 5, 1: 5}
+    assert any_client.reset_group("g", "t", to=datetime.now(UTC) - timedelta(hours=1)) == {
+        0: 0,
+        1: 0,
+    }
+    assert any_client.reset_group("new-group", "t", to="latest") == {0: 5, 1: 5}
+    any_client.delete_group("g")
+    assert [g.name for g in any_client.list_groups()] == ["new-group"]
 
 
-def test_migrate_is_idempotent(client: postroom.Client) -> None:
-    assert client.migrate() == []
-    assert client.pending_migrations() == []
+def test_migrate_is_idempotent(any_client: postroom.Client) -> None:
+    assert any_client.migrate() == []
+    assert any_client.pending_migrations() == []
 
 
 def test_async_api_mirrors_the_sync_one(dsn: str) -> None:

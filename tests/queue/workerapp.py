@@ -58,6 +58,12 @@ def limited_job(n: int, seconds: float = 0.0) -> None:
     record(n, "end")
 
 
+@client.job("boom", max_attempts=1)
+def boom_job(n: int) -> None:
+    record(n, "boom")
+    raise RuntimeError(f"boom {n}")
+
+
 if options.cron:
 
     @client.periodic(options.cron)

@@ -23,5 +23,6 @@ SELECT version FROM {schema}.schema_migrations ORDER BY version;
 INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 
 -- name: schema_exists
--- Whether the schema's migration ledger exists (catalog read, no locks).
-SELECT to_regclass(%(ledger)s) IS NOT NULL;
+-- Whether the schema's migration ledger exists (catalog read, no locks). The schema name is
+-- quoted, so a mixed-case name is found.
+SELECT to_regclass(quote_ident(%(schema)s) || '.schema_migrations') IS NOT NULL;

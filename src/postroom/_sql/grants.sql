@@ -35,10 +35,22 @@ GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
 
 -- name: grant_enqueuer
--- Enqueue jobs (in the caller's transaction), read them and wait for their results.
+-- Enqueue jobs (in the caller's transaction, workflows too) and wait for their results, only
+-- through postroom's SECURITY DEFINER functions: no table rights, so no reading other jobs'
+-- args and no job in a state enqueue would not give it.
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT SELECT, INSERT ON {schema}.jobs TO {role};
-GRANT SELECT ON {schema}.finished_jobs, {schema}.all_jobs TO {role};
+GRANT EXECUTE ON FUNCTION
+    {schema}.enqueue_batch(text[], text[], text[], smallint[], timestamptz[], float8[],
+                           integer[], text[]),
+    {schema}.unique_key_holders(text[]),
+    {schema}.enqueue_job(text, jsonb, text, integer, timestamptz, float8, integer, text,
+                         bigint[], text, text),
+    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, bigint[], text,
+                     text),
+    {schema}.enqueue(text, text, text, integer, timestamptz, integer, text, bigint[], text,
+                     text),
+    {schema}.job_outcome(bigint)
+TO {role};
 
 -- name: grant_worker
 -- Run jobs: claim, heartbeat, write back, rescue, keep limits and cron schedules. Not VACUUM
@@ -46,4 +58,5 @@ GRANT SELECT ON {schema}.finished_jobs, {schema}.all_jobs TO {role};
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.finished_jobs,
     {schema}.job_limits, {schema}.job_schedules TO {role};
-GRANT SELECT ON {schema}.all_jobs TO {role};
+GRANT SELECT ON {schema}.all_jobs, {schema}.queue_pauses TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_dependencies TO {role};

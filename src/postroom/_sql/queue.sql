@@ -3,42 +3,53 @@
 -- with (worker, attempts): a job rescued from it and claimed again no longer matches.
 
 -- name: enqueue_jobs
--- Inserts a batch of jobs without unique keys (row locks on the new rows only). Returns the
--- new ids in input order. Arguments arrive as JSON text: casting per row is cheaper than
--- sending a jsonb[] array. Arrays go in binary format: psycopg's text array dumper quotes
--- every element with a regex, which cost more than the rest of the client's work.
-INSERT INTO {schema}.jobs AS j (queue, kind, args, priority, run_at, max_attempts)
-SELECT b.queue, b.kind, b.args::jsonb, b.priority,
-       coalesce(b.run_at, now() + make_interval(secs => coalesce(b.delay, 0))),
-       b.max_attempts
-FROM unnest(%(queues)b::text[], %(kinds)b::text[], %(args)b::text[], %(priorities)b::smallint[],
-            %(run_ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::integer[])
-     WITH ORDINALITY AS b(queue, kind, args, priority, run_at, delay, max_attempts, ord)
-ORDER BY b.ord
-RETURNING j.id, j.unique_key;
+-- Inserts a batch of jobs through the enqueue_batch SQL function (SECURITY DEFINER, so the
+-- enqueuer role needs no table rights): one INSERT ... SELECT unnest, row locks on the new rows
+-- only. Returns the new ids in input order. Arguments arrive as JSON text: casting per row is
+-- cheaper than sending a jsonb[] array. Arrays go in binary format: psycopg's text array dumper
+-- quotes every element with a regex, which cost more than the rest of the client's work.
+SELECT id, unique_key
+FROM {schema}.enqueue_batch(%(queues)b::text[], %(kinds)b::text[], %(args)b::text[],
+                            %(priorities)b::smallint[], %(run_ats)b::timestamptz[],
+                            %(delays)b::float8[], %(max_attempts)b::integer[]);
 
 -- name: enqueue_unique_jobs
 -- As enqueue_jobs, for a batch with unique keys: a job whose key is held by a ready or running
 -- job is skipped (ON CONFLICT on the partial unique index; speculative insertion, which costs
--- more, so keyless batches use enqueue_jobs). Returns the new ids with their keys, in order.
-INSERT INTO {schema}.jobs AS j (queue, kind, args, priority, run_at, max_attempts, unique_key)
-SELECT b.queue, b.kind, b.args::jsonb, b.priority,
-       coalesce(b.run_at, now() + make_interval(secs => coalesce(b.delay, 0))),
-       b.max_attempts, b.unique_key
-FROM unnest(%(queues)b::text[], %(kinds)b::text[], %(args)b::text[], %(priorities)b::smallint[],
-            %(run_ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::integer[],
-            %(unique_keys)b::text[])
-     WITH ORDINALITY AS b(queue, kind, args, priority, run_at, delay, max_attempts, unique_key,
-                          ord)
-ORDER BY b.ord
-ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('ready', 'running')
-DO NOTHING
-RETURNING j.id, j.unique_key;
+-- more, so keyless batches pass no keys). Returns the new ids with their keys, in order.
+SELECT id, unique_key
+FROM {schema}.enqueue_batch(%(queues)b::text[], %(kinds)b::text[], %(args)b::text[],
+                            %(priorities)b::smallint[], %(run_ats)b::timestamptz[],
+                            %(delays)b::float8[], %(max_attempts)b::integer[],
+                            %(unique_keys)b::text[]);
 
 -- name: jobs_by_unique_key
--- The ready or running job holding each unique key (no locks).
-SELECT unique_key, id FROM {schema}.jobs
-WHERE unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('ready', 'running');
+-- The ready or running job holding each unique key (the unique_key_holders function; no locks).
+SELECT unique_key, id FROM {schema}.unique_key_holders(%(unique_keys)s::text[]);
+
+-- name: enqueue_workflow_job
+-- Enqueues one job with parents or a sequence through the enqueue_job SQL function: locks the
+-- live parents (FOR NO KEY UPDATE) and the sequence row; returns the id and whether it is new.
+SELECT id, created
+FROM {schema}.enqueue_job(%(kind)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(run_at)s,
+                          %(delay)s, %(max_attempts)s, %(unique_key)s, %(after)s::bigint[],
+                          %(sequence)s, %(on_parent_failure)s);
+
+-- name: pause_queue
+-- Pauses one queue (row lock on its queue_pauses row); false if it was paused already.
+SELECT {schema}.pause_queue(%(queue)s);
+
+-- name: resume_queue
+-- Resumes one queue and wakes its workers (row lock on its pause row); false if not paused.
+SELECT {schema}.resume_queue(%(queue)s);
+
+-- name: paused_queues
+-- The paused queues with when they were paused (no locks).
+SELECT queue, paused_at FROM {schema}.queue_pauses ORDER BY queue;
+
+-- name: job_parents
+-- The unresolved parents of one job, for job show (no locks).
+SELECT parent_id FROM {schema}.job_dependencies WHERE job_id = %(id)s ORDER BY parent_id;
 
 -- name: notify_queues
 -- Wake-up hint for idle workers, delivered at commit; polling stays the source of truth.
@@ -147,7 +158,8 @@ RETURNING j.id, j.cancel_requested;
 -- name: rescue_expired_jobs
 -- Returns running jobs whose lease has expired (their worker stopped heartbeating) to ready, or
 -- to failed when their attempts are used up; cancelled ones finish as cancelled. Only expired
--- leases: a job whose worker is alive is never taken from it. FOR UPDATE SKIP LOCKED, batches.
+-- leases: a job whose worker is alive is never taken from it. A returned job keeps its run_at,
+-- so it keeps its place ahead of what was enqueued after it. FOR UPDATE SKIP LOCKED, batches.
 WITH expired AS (
     SELECT id FROM {schema}.jobs
     WHERE state = 'running' AND lease_expires_at < clock_timestamp()
@@ -168,7 +180,7 @@ WITH expired AS (
 ), rescued AS (
     UPDATE {schema}.jobs j
     SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
-        run_at = clock_timestamp(), lease_expires_at = NULL,
+        lease_expires_at = NULL,
         last_error = format('lease expired: worker %%s stopped heartbeating during attempt %%s',
                             j.worker, j.attempts)
     FROM expired e
@@ -218,8 +230,9 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_outcome
--- The state, result and last error of one job, for result() (no locks).
-SELECT state, result, last_error FROM {schema}.all_jobs WHERE id = %(id)s;
+-- The state, result and last error of one job, for result() (the job_outcome function: the
+-- enqueuer role may call it without reading args; no locks).
+SELECT state, result, last_error FROM {schema}.job_outcome(%(id)s);
 
 -- name: retry_failed_jobs
 -- Redrives failed jobs through the SQL API function (row locks on the moved rows).

@@ -11,15 +11,13 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 import typer
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.console import Console
 from rich.text import Text
 
 import postroom
 from postroom import embedded
-from postroom.errors import InvalidArgument, PostroomError
+from postroom.errors import InvalidArgument
 
 console = Console(highlight=False, soft_wrap=True)
 """Standard output: tables and results for people."""
@@ -35,10 +33,6 @@ class Settings:
     schema: str
 
 
-class CannotConnect(PostroomError):
-    """The database named by ``--url`` (or the environment) cannot be reached."""
-
-
 def settings(ctx: typer.Context) -> Settings:
     root = ctx.find_root()
     if isinstance(root.obj, Settings):
@@ -46,34 +40,16 @@ def settings(ctx: typer.Context) -> Settings:
     return Settings(None, "postroom")
 
 
-def redact(url: str) -> str:
-    """``url`` without its password, for messages."""
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "<unparsable connection string>"
-    if "password" in params:
-        params["password"] = "***"
-    return make_conninfo("", **params)
-
-
 @contextmanager
 def open_client(ctx: typer.Context, *, schema: str | None = None) -> Iterator[postroom.Client]:
     """A client on the URL of ``--url``, ``POSTROOM_URL``, ``DATABASE_URL`` or the embedded
     server, closed when the block ends.
 
-    The server is probed with one short connection first: the pool behind ``postroom.connect``
-    retries a refused connection for 30 s, which is right for a service and wrong for a command
-    a person is waiting on.
+    ``postroom.connect`` fails at once (not after the pool's retries) with one line naming the
+    target and the reason, never the password, if the server cannot be reached.
     """
     options = settings(ctx)
     url = embedded.resolve_url(options.url)
-    try:
-        with psycopg.connect(url, connect_timeout=10, autocommit=True):
-            pass
-    except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CannotConnect(f"cannot connect to PostgreSQL at {redact(url)}: {reason}") from None
     with postroom.connect(url, schema=schema or options.schema, min_size=1, max_size=8) as client:
         yield client
 

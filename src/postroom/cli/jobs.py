@@ -33,7 +33,7 @@ app = typer.Typer(
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-STATES = "ready, running, done, failed, cancelled"
+STATES = "ready, running, done, failed, cancelled, waiting, held"
 
 
 def parse_seconds(text: str) -> float:
@@ -65,6 +65,14 @@ def enqueue(
         typer.Option("--unique-key", help="Skip if a ready or running job holds this key."),
     ] = None,
     max_attempts: Annotated[int | None, typer.Option("--max-attempts")] = None,
+    after: Annotated[
+        list[int] | None,
+        typer.Option("--after", help="A job ID that must succeed first (repeatable)."),
+    ] = None,
+    sequence: Annotated[
+        str | None,
+        typer.Option("--sequence", help="Run after the previous job of this sequence key."),
+    ] = None,
 ) -> None:
     """Enqueue one job."""
     try:
@@ -82,6 +90,8 @@ def enqueue(
             priority=priority,
             unique_key=unique_key,
             max_attempts=max_attempts,
+            after=after or None,
+            sequence=sequence,
         )
     if job.created:
         console.print(f"enqueued job {job.id} ({kind})")
@@ -187,7 +197,9 @@ def purge(
     age = parse_duration(older)
     with open_client(ctx) as client:
         deleted = client.purge_jobs(state, age, kind=kind)
-    console.print(f"purged {deleted} {state} job(s) older than {format_duration(age.seconds)}")
+    console.print(
+        f"purged {deleted} {state} job(s) older than {format_duration(age.total_seconds())}"
+    )
 
 
 @app.command("stats")
@@ -209,6 +221,8 @@ def stats(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             "" if rate is None else f"{rate:.1f}",
         )
     console.print(table)
+    if found.paused:
+        console.print(f"paused queues: {', '.join(found.paused)}")
 
 
 def worker(

@@ -6,20 +6,23 @@ Each command group lives in its own module and is mounted here with one ``add_ty
 from __future__ import annotations
 
 import warnings
+from importlib import metadata
 from typing import Annotated, Any
 
+import psycopg
 import typer
 from typer.core import TyperGroup
 
 from postroom.errors import PostroomError
 
-from . import bench, consume, demo, embedded, groups, init, jobs, produce, topics
+from . import bench, consume, demo, embedded, groups, init, jobs, produce, queues, topics
 from .common import Settings, fail
 
 
 class _Root(TyperGroup):
-    """The root group: turns every :class:`PostroomError` raised by any command (including
-    nested groups, which run inside this ``invoke``) into one red line and exit code 1."""
+    """The root group: turns every :class:`PostroomError` and every database error raised by
+    any command (including nested groups, which run inside this ``invoke``) into one red line
+    and exit code 1, never a traceback."""
 
     # ``Any``: typer vendors click, and its Context class is not public.
     def invoke(self, ctx: Any) -> Any:
@@ -27,6 +30,27 @@ class _Root(TyperGroup):
             return super().invoke(ctx)
         except PostroomError as exc:
             raise fail(str(exc)) from None
+        except psycopg.Error as exc:
+            raise fail(database_error(exc)) from None
+
+
+def database_error(exc: psycopg.Error) -> str:
+    """One line for a database error the library let through: a least-privilege role's
+    permission error says what to do; others keep PostgreSQL's first line and SQLSTATE."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return (
+            f"{first}: this role may not do that; connect (--url) as a role granted it "
+            "(client.grant(role, ...), see README's Security section)"
+        )
+    code = f" [SQLSTATE {exc.sqlstate}]" if exc.sqlstate else ""
+    return f"database error: {first}{code}"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"postroom {metadata.version('postroom')}")
+        raise typer.Exit()
 
 
 app = typer.Typer(
@@ -35,7 +59,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
-    help="PostgreSQL as message infrastructure: a partitioned log with consumer groups.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="PostgreSQL as message infrastructure: a partitioned log with consumer groups, a job "
+    "queue and a transactional outbox.",
 )
 
 
@@ -55,6 +81,16 @@ def _root(
         str,
         typer.Option("--schema", envvar="POSTROOM_SCHEMA", help="The postroom schema to use."),
     ] = "postroom",
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_version,
+            is_eager=True,
+            help="Print postroom's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = Settings(url, schema)
 
@@ -70,6 +106,7 @@ app.add_typer(embedded.app, name="embedded")
 app.command("demo")(demo.demo)
 app.add_typer(bench.app, name="bench")
 app.add_typer(jobs.app, name="job")
+app.add_typer(queues.app, name="queue")
 app.command("worker")(jobs.worker)
 
 

@@ -2,7 +2,7 @@
 # Change the async module and run `python tools/async_to_sync.py`.
 """Which partitions a consumer reads and where: a group member's leases applied (hand-over
 after ``on_revoke``, lost partitions dropped, new ones started at the committed cursor), or a
-manual assignment. The base of :class:`~postroom.log.consumer.Consumer`."""
+manual assignment. The base of :class:`~postroom.log.consumer_async.AsyncConsumer`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._compat import callback
+from .._acompat import call_hook
 from .._db import Database
 from ..errors import Fenced, InvalidArgument
 from .membership import Lease, Membership
@@ -48,7 +48,7 @@ class _Assigned:
 
 
 class AssignedPartitions:
-    """The partitions in use, their positions and epochs; see ``Consumer``."""
+    """The partitions in use, their positions and epochs; see ``AsyncConsumer``."""
 
     def __init__(
         self,
@@ -227,7 +227,7 @@ class AssignedPartitions:
     @staticmethod
     def _call(hook: Callable[[set[TopicPartition]], Any] | None, tps: set[TopicPartition]) -> None:
         if hook is not None and tps:
-            callback(hook, tps)
+            call_hook(hook, tps)
 
     def _id_arrays(self, only: Sequence[_Assigned] | None = None) -> dict[str, list[int]]:
         chosen = list(self._assigned.values()) if only is None else only

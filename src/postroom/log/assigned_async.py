@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._acompat import callback_async
+from .._acompat import acall_hook
 from .._db_async import AsyncDatabase
 from ..errors import Fenced, InvalidArgument
 from .membership_async import AsyncMembership, Lease
@@ -227,7 +227,7 @@ class AsyncAssignedPartitions:
         hook: Callable[[set[TopicPartition]], Any] | None, tps: set[TopicPartition]
     ) -> None:
         if hook is not None and tps:
-            await callback_async(hook, tps)
+            await acall_hook(hook, tps)
 
     def _id_arrays(self, only: Sequence[_Assigned] | None = None) -> dict[str, list[int]]:
         chosen = list(self._assigned.values()) if only is None else only

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from .._compat import sleep
+from .._acompat import sleep
 from .._db import Database
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned import (
@@ -72,6 +72,8 @@ class Consumer(AssignedPartitions):
             for message in consumer.poll(timeout=1.0):
                 handle(message)
             consumer.commit()
+
+    (``AsyncConsumer``: ``async with``, ``await consumer.poll(...)``, ``await consumer.commit()``.)
 
     A new group starts at ``auto_offset_reset``: the earliest retained message or the latest.
     Closing (or leaving the ``with`` block) leaves the group at once. Not safe to share between
@@ -307,9 +309,9 @@ class Consumer(AssignedPartitions):
         partitions meanwhile (SKIP LOCKED). Waits up to ``timeout`` seconds for messages; the
         batch may be empty.
 
-            with consumer.transaction() as batch:
+            with consumer.transaction() as batch:  # async with, for AsyncConsumer
                 for message in batch:
-                    batch.connection.execute("INSERT INTO invoices ...", ...)
+                    batch.connection.execute("INSERT INTO invoices ...", ...)  # awaited
         """
         if max_messages < 1:
             raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")

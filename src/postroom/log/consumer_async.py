@@ -66,10 +66,12 @@ class AsyncConsumer(AsyncAssignedPartitions):
     stores the next offsets to read. ``transaction()`` instead claims a range under the cursor's
     row lock and commits the caller's writes with the cursor advance.
 
-        async with client.consumer("billing", ["orders"]) as consumer:
-            for message in await consumer.poll(timeout=1.0):
+        with client.consumer("billing", ["orders"]) as consumer:
+            for message in consumer.poll(timeout=1.0):
                 handle(message)
-            await consumer.commit()
+            consumer.commit()
+
+    (``AsyncConsumer``: ``async with``, ``await consumer.poll(...)``, ``await consumer.commit()``.)
 
     A new group starts at ``auto_offset_reset``: the earliest retained message or the latest.
     Closing (or leaving the ``with`` block) leaves the group at once. Not safe to share between
@@ -309,9 +311,9 @@ class AsyncConsumer(AsyncAssignedPartitions):
         partitions meanwhile (SKIP LOCKED). Waits up to ``timeout`` seconds for messages; the
         batch may be empty.
 
-            async with consumer.transaction() as batch:
+            with consumer.transaction() as batch:  # async with, for AsyncConsumer
                 for message in batch:
-                    await batch.connection.execute("INSERT INTO invoices ...", ...)
+                    batch.connection.execute("INSERT INTO invoices ...", ...)  # awaited
         """
         if max_messages < 1:
             raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")

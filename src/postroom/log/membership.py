@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from .._compat import Event, gather, sleep, spawn
+from .._acompat import Event, gather, sleep, spawn
 from .._db import Database, translate_errors
 from ..errors import PostroomError, TopicNotFound
 from .assignment import assign

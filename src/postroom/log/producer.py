@@ -15,7 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
 
-from .._compat import Condition, Future, Lock, gather, new_future, spawn
+from .._acompat import Condition, Future, Lock, gather, new_sync_future, spawn
 from .._db import Database
 from ..errors import InvalidArgument, ProducerClosed, TopicNotFound
 from .metadata import TopicCache, TopicMeta
@@ -158,7 +158,10 @@ class Producer:
 
         with client.producer() as producer:
             future = producer.send("orders", {"id": 1}, key="customer-7")
-        print(future)  # Published(partition=2, offset=41)
+        print(future.result())  # Published(partition=2, offset=41)
+
+    ``AsyncProducer`` alike: ``async with``, ``await producer.send(...)`` returns an asyncio
+    future, ``await future``.
 
     A batch that fails (say, the connection drops) fails every future in it; postroom does not
     retry it, because the commit's outcome may be unknown and a retry could duplicate messages.
@@ -200,7 +203,7 @@ class Producer:
         partition: int | None = None,
     ) -> Future[Published]:
         record = make_record(topic, value, key, headers, partition)
-        future: Future[Published] = new_future()
+        future: Future[Published] = new_sync_future()
         with self._buffer_lock:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")

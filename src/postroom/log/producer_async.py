@@ -154,11 +154,14 @@ class AsyncProducer:
     Safe to share between tasks. ``send`` checks and encodes the message at once (bad input
     raises there), queues it and returns a future of its :class:`Published` position, resolved
     when its batch commits. A batch is written when ``batch_size`` messages are queued or the
-    oldest has waited ``linger_ms``. Always ``close()`` (or use ``async with``): it flushes.
+    oldest has waited ``linger_ms``. Always ``close()`` (or use ``with``): it flushes.
 
-        async with client.producer() as producer:
-            future = await producer.send("orders", {"id": 1}, key="customer-7")
-        print(await future)  # Published(partition=2, offset=41)
+        with client.producer() as producer:
+            future = producer.send("orders", {"id": 1}, key="customer-7")
+        print(future.result())  # Published(partition=2, offset=41)
+
+    ``AsyncProducer`` alike: ``async with``, ``await producer.send(...)`` returns an asyncio
+    future, ``await future``.
 
     A batch that fails (say, the connection drops) fails every future in it; postroom does not
     retry it, because the commit's outcome may be unknown and a retry could duplicate messages.

@@ -1,19 +1,19 @@
 # Generated from src/postroom/queue/jobs_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""Registering, enqueueing and administering jobs; the worker lives in ``worker``."""
+"""Registering, enqueueing and administering jobs; the worker lives in ``worker(_async)``."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from .._compat import sleep
+from .._acompat import sleep
 from .._db import Database
 from ..errors import (
     InvalidArgument,
@@ -21,37 +21,24 @@ from ..errors import (
     JobCancelled,
     JobFailed,
     JobNotFound,
-    UniqueKeyTaken,
 )
+from .admin import JobAdmin
 from .cron import Cron, parse_cron
+from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
     JobDefinition,
     JobInfo,
-    JobOptions,
-    JobStats,
-    QueueCount,
     check_kind,
-    check_queue,
     check_seconds,
-    check_state,
-    encode_args,
-    job_options,
     make_definition,
     notify_payload,
 )
+from .requests import JobOptions, JobRequest, encode_args, job_options, split_options
+from .serializer import Serializer, check_serializer
 
 ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    """One job to enqueue, checked and encoded (see ``enqueue_batch``)."""
-
-    kind: str
-    args_json: str
-    options: JobOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +54,12 @@ class Schedule:
     max_attempts: int
 
 
-class Jobs:
+class Jobs(JobAdmin):
     """The queue operations on one postroom schema, and the jobs registered in this process."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, serializer: Serializer | None = None) -> None:
         self.db = db
+        self.serializer = check_serializer(serializer)
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
@@ -125,12 +113,12 @@ class Jobs:
         if schedule_name in self.schedules:
             raise InvalidArgument(f"periodic job {schedule_name!r} is already registered")
         bound = definition.bind_args((), args or {})
-        options = job_options(definition, queue=queue, priority=priority)
+        options = job_options(definition, {"queue": queue, "priority": priority})
         self.schedules[schedule_name] = Schedule(
             schedule_name,
             parsed,
             definition.kind,
-            encode_args(definition.kind, bound),
+            encode_args(definition.kind, bound, self.serializer),
             options.queue,
             options.priority,
             options.max_attempts,
@@ -138,53 +126,67 @@ class Jobs:
 
     # -- enqueueing -----------------------------------------------------------------------
 
-    def request(self, kind: str, args: Mapping[str, Any] | None, **options: Any) -> JobRequest:
+    def request(
+        self, kind: str, args: Mapping[str, Any] | None, options: EnqueueOptions
+    ) -> JobRequest:
+        """A checked request: ``args`` fit the registered function (if any), ``options`` are
+        checked against its defaults."""
         definition = self.definitions.get(kind)
+        if args is not None and not isinstance(args, Mapping):
+            raise InvalidType(
+                f"args of job {kind!r} must be a mapping of argument names to values, "
+                f"got {type(args).__name__}"
+            )
         if definition is not None and args:
             definition.bind_args((), args)
         if any(value is not None for value in options.values()):
-            checked = job_options(definition, **options)
+            checked = job_options(definition, options)
             check_kind(kind)
         else:
             # Batches repeat a few kinds with default options: check those once per kind.
             cached = self._default_options.get(kind)
             if cached is None:
                 check_kind(kind)
-                cached = self._default_options[kind] = job_options(definition)
+                cached = self._default_options[kind] = job_options(definition, {})
             checked = cached
-        return JobRequest(kind, encode_args(kind, {} if args is None else args), checked)
+        return JobRequest(
+            kind, encode_args(kind, {} if args is None else args, self.serializer), checked
+        )
+
+    def prepare(
+        self, definition: JobDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> JobRequest:
+        """``func.prepare(*args, **kwargs)``: the job's arguments and enqueue options mixed."""
+        job_kwargs, options = split_options(kwargs)
+        bound = definition.bind_args(args, job_kwargs)
+        return JobRequest(
+            definition.kind,
+            encode_args(definition.kind, bound, self.serializer),
+            job_options(definition, options),
+        )
 
     def request_from(self, item: object) -> JobRequest:
-        """A batch item: a ``JobRequest`` (``func.prepare(...)``) or a mapping with ``kind``,
-        ``args`` and any enqueue options."""
+        """A batch item: a ``JobRequest`` (``func.prepare(...)``, from any client) or a mapping
+        with ``kind``, ``args`` and any enqueue options."""
         if isinstance(item, JobRequest):
             return item
         if isinstance(item, Mapping) and "kind" in item:
             fields = dict(item)
-            extra = set(fields) - {
-                "kind",
-                "args",
-                "queue",
-                "priority",
-                "run_at",
-                "delay",
-                "max_attempts",
-                "unique_key",
-            }
-            if extra:
-                raise InvalidArgument(
-                    f"unknown job fields {sorted(extra)}: use kind, args, queue, priority, "
-                    "run_at, delay, max_attempts, unique_key"
-                )
             kind = fields.pop("kind")
             args = fields.pop("args", None)
-            return self.request(kind, args, **fields)
+            extra = set(fields) - ENQUEUE_OPTION_NAMES
+            if extra:
+                raise InvalidArgument(
+                    f"unknown job fields {sorted(extra)}: use kind, args, "
+                    f"{', '.join(sorted(ENQUEUE_OPTION_NAMES))}"
+                )
+            return self.request(kind, args, fields)  # type: ignore[arg-type]
         raise InvalidType(
             f"invalid batch item {item!r}: pass func.prepare(...) or a dict with kind and args"
         )
 
     def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
-        """Insert the jobs in one transaction (the caller's with ``conn``)."""
+        """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
         if not requests:
             return []
         results: list[Enqueued] = []
@@ -192,15 +194,57 @@ class Jobs:
         with self.db.connection(conn) as db_conn:
             # The wake-up goes out with the first insert in one round trip (pipeline); it is
             # delivered at commit either way.
-            with db_conn.pipeline():
-                db_conn.execute(
-                    self.db.q("notify_queues"),
-                    {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
-                )
-                for start in range(0, len(requests), ENQUEUE_CHUNK):
-                    chunk = requests[start : start + ENQUEUE_CHUNK]
-                    results.extend(self._insert(db_conn, chunk))
+            try:
+                with db_conn.pipeline():
+                    db_conn.execute(
+                        self.db.q("notify_queues"),
+                        {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
+                    )
+                    for chunk in _chunks(requests):
+                        if chunk[0].options.is_workflow:
+                            results.append(self._insert_workflow(db_conn, chunk[0]))
+                        else:
+                            results.extend(self._insert(db_conn, chunk))
+            except psycopg.errors.InvalidParameterValue as exc:
+                # A check of the SQL function (e.g. a parent job that does not exist).
+                raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
         return [Job(self, e.id, e.created) for e in results]
+
+    def enqueue_group(
+        self, requests: list[JobRequest], then: JobRequest | None, conn: object
+    ) -> tuple[list[Job], Job | None]:
+        """The group's jobs, then ``then`` depending on all of them, in one transaction."""
+        with self.db.connection(conn) as db_conn:
+            members = self.enqueue(requests, db_conn)
+            if then is None:
+                return members, None
+            parents = tuple(sorted({*then.options.after, *(job.id for job in members)}))
+            callback = JobRequest(
+                then.kind, then.args_json, dataclasses.replace(then.options, after=parents)
+            )
+            return members, (self.enqueue([callback], db_conn))[0]
+
+    def _insert_workflow(self, conn: psycopg.Connection[Any], request: JobRequest) -> Enqueued:
+        options = request.options
+        cur = conn.execute(
+            self.db.q("enqueue_workflow_job"),
+            {
+                "kind": request.kind,
+                "args": request.args_json,
+                "queue": options.queue,
+                "priority": options.priority,
+                "run_at": options.run_at,
+                "delay": options.delay,
+                "max_attempts": options.max_attempts,
+                "unique_key": options.unique_key,
+                "after": list(options.after),
+                "sequence": options.sequence,
+                "on_parent_failure": options.on_parent_failure,
+            },
+        )
+        row = cur.fetchone()
+        assert row is not None
+        return Enqueued(row[0], row[1])
 
     def _insert(self, conn: psycopg.Connection[Any], chunk: list[JobRequest]) -> list[Enqueued]:
         params = {
@@ -250,158 +294,6 @@ class Jobs:
                 resolved.append(item)
         return resolved
 
-    # -- inspection and administration ------------------------------------------------------
-
-    def get(self, job_id: int) -> JobInfo:
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("get_job"), {"id": _check_id(job_id)})
-            row = cur.fetchone()
-        if row is None:
-            raise JobNotFound(f"job {job_id} not found (never enqueued, not kept, or purged)")
-        return JobInfo(*row)
-
-    def list_jobs(
-        self,
-        state: str | None = None,
-        kind: str | None = None,
-        queue: str | None = None,
-        limit: int = 100,
-    ) -> list[JobInfo]:
-        params = {
-            "state": None if state is None else check_state(state),
-            "kind": None if kind is None else check_kind(kind),
-            "queue": None if queue is None else check_queue(queue),
-            "limit": _check_limit(limit),
-        }
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("list_jobs"), params)
-            return [JobInfo(*row) for row in cur.fetchall()]
-
-    def retry(self, job_id: int) -> None:
-        _check_id(job_id)
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("job_state"), {"id": job_id})
-            row = cur.fetchone()
-            if row is None:
-                raise JobNotFound(f"job {job_id} is not a live job (finished, purged or unknown)")
-            state, key_taken = row
-            if state != "failed":
-                raise InvalidArgument(f"job {job_id} is {state}: only failed jobs are retried")
-            if key_taken:
-                raise UniqueKeyTaken(
-                    f"job {job_id} stays failed: another ready or running job holds its unique key"
-                )
-            conn.execute(
-                self.db.q("retry_failed_jobs"), {"id": job_id, "kind": None, "queue": None}
-            )
-
-    def retry_failed(self, kind: str | None = None, queue: str | None = None) -> int:
-        params = {
-            "id": None,
-            "kind": None if kind is None else check_kind(kind),
-            "queue": None if queue is None else check_queue(queue),
-        }
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("retry_failed_jobs"), params)
-            row = cur.fetchone()
-        return int(row[0]) if row else 0
-
-    def cancel(self, job_id: int) -> str:
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("cancel_job"), {"id": _check_id(job_id)})
-            row = cur.fetchone()
-        if row is None or row[0] is None:
-            raise JobNotFound(f"job {job_id} is not a live job: it finished, or never existed")
-        return str(row[0])
-
-    def purge(
-        self,
-        state: str,
-        older_than: float | timedelta,
-        kind: str | None = None,
-        batch: int = 10000,
-    ) -> int:
-        """Delete finished (done/cancelled) or failed jobs older than ``older_than``, in
-        batches of ``batch`` rows, each its own transaction (short locks, bounded WAL)."""
-        if state not in ("done", "cancelled", "failed"):
-            raise InvalidArgument(
-                f"invalid state {state!r} to purge: done, cancelled or failed (live jobs are "
-                "cancelled, not purged)"
-            )
-        seconds = check_seconds("older_than", older_than)
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("db_clock"))
-            row = cur.fetchone()
-        assert row is not None
-        params = {
-            "cutoff": row[0] - timedelta(seconds=seconds),
-            "state": state,
-            "kind": None if kind is None else check_kind(kind),
-            "batch": _check_limit(batch),
-        }
-        query = self.db.q("purge_failed" if state == "failed" else "purge_finished")
-        total = 0
-        while True:
-            with self.db.connection() as conn:
-                cur = conn.execute(query, params)
-                total += cur.rowcount
-            if cur.rowcount < batch:
-                return total
-
-    def stats(self, window: float = 60.0) -> JobStats:
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("job_counts"))
-            counts = tuple(
-                QueueCount(q, s, n, None if age is None else float(age))
-                for q, s, n, age in cur.fetchall()
-            )
-            cur = conn.execute(self.db.q("job_throughput"), {"seconds": window})
-            done = {q: n / window for q, n in cur.fetchall()}
-        return JobStats(counts, done)
-
-    def set_limit(
-        self,
-        scope: str,
-        name: str,
-        max_concurrency: int | None,
-        rate_limit: float | None,
-        burst: float | None,
-    ) -> None:
-        check_kind(name) if scope == "kind" else check_queue(name)
-        if max_concurrency is not None and (
-            not isinstance(max_concurrency, int)
-            or isinstance(max_concurrency, bool)
-            or max_concurrency < 1
-        ):
-            raise InvalidArgument(f"invalid max_concurrency {max_concurrency!r}: an integer >= 1")
-        if rate_limit is not None:
-            rate_limit = check_seconds("rate_limit", rate_limit, allow_zero=False)
-        if burst is not None:
-            burst = check_seconds("burst", burst)
-            if burst < 1:
-                raise InvalidArgument(f"invalid burst {burst!r}: at least 1 job")
-        elif rate_limit is not None:
-            burst = max(1.0, rate_limit)
-        with self.db.connection() as conn:
-            if max_concurrency is None and rate_limit is None:
-                conn.execute(self.db.q("delete_limit"), {"scope": scope, "name": name})
-                return
-            conn.execute(
-                self.db.q("set_limit"),
-                {
-                    "scope": scope,
-                    "name": name,
-                    "max_running": max_concurrency,
-                    "rate": rate_limit,
-                    "burst": burst,
-                },
-            )
-
-    def limits(self) -> list[tuple[str, str, int | None, float | None, float | None]]:
-        with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("list_limits"))
-            return [tuple(row) for row in cur.fetchall()]
-
     def outcome(self, job_id: int, timeout: float | None) -> Any:
         """Wait for the job to finish and return its result (see ``Job.result``)."""
         deadline = None if timeout is None else time.monotonic() + check_seconds("timeout", timeout)
@@ -434,9 +326,9 @@ class JobFunction:
     worker.
 
         @client.job("send_receipt", queue="email", max_attempts=8, timeout=30)
-        def send_receipt(order_id: int) -> None: ...
+        def send_receipt(order_id: int) -> None: ...  # or async def, with AsyncClient
 
-        send_receipt.enqueue(order_id=42, conn=conn)   # in the caller's transaction
+        send_receipt.enqueue(order_id=42, conn=conn)  # in the caller's transaction; awaited
     """
 
     def __init__(self, jobs: Jobs, definition: JobDefinition) -> None:
@@ -452,64 +344,24 @@ class JobFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.definition.func(*args, **kwargs)
 
-    def prepare(
-        self,
-        *args: Any,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        **kwargs: Any,
-    ) -> JobRequest:
-        """A checked job for ``client.enqueue_batch``: same arguments as ``enqueue``."""
-        bound = self.definition.bind_args(args, kwargs)
-        return JobRequest(
-            self.definition.kind,
-            encode_args(self.definition.kind, bound),
-            job_options(
-                self.definition,
-                queue=queue,
-                priority=priority,
-                run_at=run_at,
-                delay=delay,
-                max_attempts=max_attempts,
-                unique_key=unique_key,
-            ),
-        )
+    def prepare(self, *args: Any, **kwargs: Any) -> JobRequest:
+        """A checked job for ``client.enqueue_batch`` (of any client, sync or async): the
+        same arguments as ``enqueue``."""
+        return self._jobs.prepare(self.definition, args, kwargs)
 
-    def enqueue(
-        self,
-        *args: Any,
-        conn: object = None,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        priority: int | None = None,
-        unique_key: str | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        **kwargs: Any,
-    ) -> Job:
+    def enqueue(self, *args: Any, conn: object = None, **kwargs: Any) -> Job:
         """Store one job; a worker runs it after the transaction commits.
 
-        With ``conn`` (your psycopg connection, or a SQLAlchemy/Django one wrapping it) the job
-        is inserted in your transaction: it runs only if you commit. ``run_at`` (aware
-        datetime) or ``delay`` (seconds or timedelta) schedule it later; ``priority`` (lower
-        first), ``queue`` and ``max_attempts`` override the registration. With ``unique_key``,
-        if a ready or running job holds the key, nothing is inserted and that job is returned
-        (``job.created`` is False).
+        ``args`` and ``kwargs`` are the function's arguments, plus the enqueue options
+        (:class:`postroom.EnqueueOptions`: ``queue``, ``priority``, ``run_at``, ``delay``,
+        ``max_attempts``, ``unique_key``, ``after``, ``sequence``, ``on_parent_failure``),
+        which override the registration. With ``conn`` (your psycopg connection, or a
+        SQLAlchemy/Django one wrapping it) the job is inserted in your transaction: it runs
+        only if you commit. With ``unique_key``, if a ready or running job holds the key,
+        nothing is inserted and that job is returned (``job.created`` is False). With
+        ``after=[job_a, job_b]`` it runs only once both succeeded.
         """
-        request = self.prepare(
-            *args,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            unique_key=unique_key,
-            queue=queue,
-            max_attempts=max_attempts,
-            **kwargs,
-        )
+        request = self._jobs.prepare(self.definition, args, kwargs)
         return (self._jobs.enqueue([request], conn))[0]
 
 
@@ -541,13 +393,20 @@ class Job:
         return self._jobs.cancel(self.id)
 
 
-def _check_id(job_id: object) -> int:
-    if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id < 1:
-        raise InvalidArgument(f"invalid job id {job_id!r}: a positive integer")
-    return job_id
-
-
-def _check_limit(limit: object) -> int:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1_000_000:
-        raise InvalidArgument(f"invalid limit {limit!r}: an integer from 1 to 1000000")
-    return limit
+def _chunks(requests: list[JobRequest]) -> Iterable[list[JobRequest]]:
+    """Runs of plain requests (at most ENQUEUE_CHUNK each) and single workflow requests, in
+    order: a workflow job may depend on the jobs before it."""
+    run: list[JobRequest] = []
+    for request in requests:
+        if request.options.is_workflow:
+            if run:
+                yield run
+                run = []
+            yield [request]
+        else:
+            run.append(request)
+            if len(run) == ENQUEUE_CHUNK:
+                yield run
+                run = []
+    if run:
+        yield run

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -11,21 +10,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from .._checks import check_int, check_text
 from ..errors import InvalidArgument, InvalidName, InvalidType
 from .backoff import Backoff
+from .options import ENQUEUE_OPTION_NAMES
+from .serializer import DEFAULT_SERIALIZER, Serializer
 
 QUEUE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 KIND_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,199}")
-JOB_STATES = ("ready", "running", "done", "failed", "cancelled")
-JobState = Literal["ready", "running", "done", "failed", "cancelled"]
+JOB_STATES = ("ready", "running", "done", "failed", "cancelled", "waiting", "held")
+JobState = Literal["ready", "running", "done", "failed", "cancelled", "waiting", "held"]
+"""``waiting``: for its parent jobs (``after``/``sequence``); ``held``: a parent failed."""
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 25
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_UNIQUE_KEY = 1000
-ENQUEUE_OPTIONS = frozenset(
-    {"conn", "run_at", "delay", "priority", "unique_key", "queue", "max_attempts"}
-)
-"""Keyword arguments of ``enqueue()`` itself: a job function's parameters may not use them."""
+MAX_SECONDS = 100 * 365.25 * 86400
+"""The longest duration (delay, timeout, ...) accepted: 100 years."""
 
 
 def check_queue(queue: object) -> str:
@@ -54,6 +55,10 @@ def check_kind(kind: object) -> str:
     return kind
 
 
+ENQUEUE_PARAMETERS = ENQUEUE_OPTION_NAMES | {"conn"}
+"""Keyword arguments of ``enqueue()`` itself: a job function's parameters may not use them."""
+
+
 def check_state(state: object) -> str:
     if state not in JOB_STATES:
         raise InvalidArgument(f"invalid job state {state!r}: use one of {', '.join(JOB_STATES)}")
@@ -61,27 +66,11 @@ def check_state(state: object) -> str:
 
 
 def check_priority(priority: object) -> int:
-    if (
-        not isinstance(priority, int)
-        or isinstance(priority, bool)
-        or not -32768 <= priority <= 32767
-    ):
-        raise InvalidArgument(
-            f"invalid priority {priority!r}: an integer from -32768 to 32767 (lower runs first)"
-        )
-    return priority
+    return check_int("priority", priority, -32768, 32767, "lower runs first")
 
 
 def check_max_attempts(max_attempts: object) -> int:
-    if (
-        not isinstance(max_attempts, int)
-        or isinstance(max_attempts, bool)
-        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidArgument(
-            f"invalid max_attempts {max_attempts!r}: an integer from 1 to {MAX_ATTEMPTS_LIMIT}"
-        )
-    return max_attempts
+    return check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
 
 
 def check_seconds(what: str, value: object, *, allow_zero: bool = True) -> float:
@@ -92,20 +81,27 @@ def check_seconds(what: str, value: object, *, allow_zero: bool = True) -> float
         seconds = float(value)
     else:
         raise InvalidArgument(f"invalid {what} {value!r}: pass seconds (a number) or a timedelta")
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+    if (
+        not math.isfinite(seconds)
+        or not 0 <= seconds <= MAX_SECONDS
+        or (seconds == 0 and not allow_zero)
+    ):
         bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(f"invalid {what} {value!r}: must be finite and {bound} seconds")
+        raise InvalidArgument(
+            f"invalid {what} {value!r}: must be {bound} and at most {MAX_SECONDS:.0f} seconds "
+            "(100 years)"
+        )
     return seconds
 
 
-def check_unique_key(key: object) -> str | None:
+def check_unique_key(key: object, what: str = "unique_key") -> str | None:
     if key is None:
         return None
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY:
         raise InvalidArgument(
-            f"invalid unique_key {key!r}: a non-empty str of at most {MAX_UNIQUE_KEY} characters"
+            f"invalid {what} {key!r}: a non-empty str of at most {MAX_UNIQUE_KEY} characters"
         )
-    return key
+    return check_text(what, key)
 
 
 def check_run_at(run_at: object, delay: object) -> tuple[datetime | None, float | None]:
@@ -121,79 +117,12 @@ def check_run_at(run_at: object, delay: object) -> tuple[datetime | None, float 
     return None, None
 
 
-def encode_args(kind: str, args: object) -> str:
-    """``args`` as JSON object text; raises :class:`InvalidType` naming what cannot be encoded."""
-    if type(args) is dict and all(type(name) is str for name in args):
-        try:
-            return _dumps(args)
-        except (TypeError, ValueError):
-            pass  # explained below
-    if not isinstance(args, Mapping):
-        raise InvalidType(
-            f"args of job {kind!r} must be a mapping of argument names to values, "
-            f"got {type(args).__name__}"
-        )
-    for name in args:
-        if not isinstance(name, str):
-            raise InvalidType(f"args of job {kind!r}: argument names are str, got {name!r}")
-    try:
-        return json.dumps(args, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidType(
-            f"args of job {kind!r} are not JSON-serializable ({exc}): pass str, int, float, "
-            "bool, None, and lists and dicts of them"
-        ) from None
-
-
-_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-
-
-def encode_result(result: object) -> str | None:
-    """A job's return value as JSON text (None stays SQL NULL); raises TypeError/ValueError."""
+def encode_result(result: object, serializer: Serializer = DEFAULT_SERIALIZER) -> str | None:
+    """A job's return value as JSON text (None stays SQL NULL); raises TypeError/ValueError.
+    Datetimes, dates, UUIDs and Decimals are tagged as ``serializer`` documents."""
     if result is None:
         return None
-    return json.dumps(result, separators=(",", ":"), allow_nan=False)
-
-
-@dataclass(frozen=True, slots=True)
-class JobOptions:
-    """Enqueue options of one job, checked."""
-
-    queue: str
-    priority: int
-    run_at: datetime | None
-    delay: float | None
-    max_attempts: int
-    unique_key: str | None
-
-
-def job_options(
-    defaults: JobDefinition | None,
-    *,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: datetime | None = None,
-    delay: float | timedelta | None = None,
-    max_attempts: int | None = None,
-    unique_key: str | None = None,
-) -> JobOptions:
-    at, seconds = check_run_at(run_at, delay)
-    return JobOptions(
-        queue=check_queue(
-            queue if queue is not None else (defaults.queue if defaults else DEFAULT_QUEUE)
-        ),
-        priority=check_priority(
-            priority if priority is not None else (defaults.priority if defaults else 0)
-        ),
-        run_at=at,
-        delay=seconds,
-        max_attempts=check_max_attempts(
-            max_attempts
-            if max_attempts is not None
-            else (defaults.max_attempts if defaults else DEFAULT_MAX_ATTEMPTS)
-        ),
-        unique_key=check_unique_key(unique_key),
-    )
+    return serializer.dumps(result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,10 +183,10 @@ def make_definition(
         raise InvalidType(f"job {kind!r}: expected a function, got {type(func).__name__}")
     signature = inspect.signature(func)
     for name, param in signature.parameters.items():
-        if name in ENQUEUE_OPTIONS:
+        if name in ENQUEUE_PARAMETERS:
             raise InvalidArgument(
                 f"job {kind!r}: parameter {name!r} clashes with an enqueue() option "
-                f"({', '.join(sorted(ENQUEUE_OPTIONS))}); rename it, or enqueue with "
+                f"({', '.join(sorted(ENQUEUE_PARAMETERS))}); rename it, or enqueue with "
                 "client.enqueue(kind, args)"
             )
         if param.kind is inspect.Parameter.POSITIONAL_ONLY:
@@ -265,12 +194,8 @@ def make_definition(
                 f"job {kind!r}: positional-only parameter {name!r}; job arguments are stored "
                 "by name"
             )
-    if max_concurrency is not None and (
-        not isinstance(max_concurrency, int)
-        or isinstance(max_concurrency, bool)
-        or max_concurrency < 1
-    ):
-        raise InvalidArgument(f"invalid max_concurrency {max_concurrency!r}: an integer >= 1")
+    if max_concurrency is not None:
+        check_int("max_concurrency", max_concurrency, 1)
     if rate_limit is not None:
         check_seconds("rate_limit", rate_limit, allow_zero=False)
     if backoff is not None and not isinstance(backoff, Backoff):
@@ -323,6 +248,8 @@ class JobInfo:
     unique_key: str | None
     result: Any
     cancel_requested: bool
+    waiting_for: tuple[int, ...] = ()
+    """The parents this job still waits for (``after``/``sequence``); filled by ``get_job``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +268,8 @@ class JobStats:
     counts: tuple[QueueCount, ...]
     done_per_second: dict[str, float]
     """Per queue; counts kept finished jobs only (see ``keep_finished``)."""
+    paused: tuple[str, ...] = ()
+    """The paused queues (``pause_queue``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,94 +2,77 @@
 # Change the async module and run `python tools/async_to_sync.py`.
 """The worker: claim a batch, commit, then run; write outcomes back in batches.
 
-Moving parts (tasks here, threads in the sync twin), all on the worker's own small pool:
+A worker is the composition of small units (tasks here, threads in the sync twin), each the one
+owner of its state, all on the worker's own small pool:
 
-- ``concurrency`` slots run jobs. An idle slot takes the next claimed job from a local buffer;
-  when the buffer is empty one slot claims for all idle ones (``claim_jobs``: one statement,
+- ``concurrency`` slots run jobs, taking the next claimed job from the fetcher's buffer.
+- the fetcher (``fetcher_async``) claims batches for idle slots (``claim_jobs``: one statement,
   FOR UPDATE SKIP LOCKED) and commits before any job starts: no transaction is open while a
   job runs.
-- a listener (LISTEN postroom_jobs) wakes idle slots when jobs arrive; without it, or when a
-  notification is lost, slots poll every ``poll_interval`` seconds.
-- a completer writes finished jobs back, batching whatever finished while its last write ran.
-- a heartbeat extends the leases of every job the worker holds (running, buffered or awaiting
-  write-back) and learns about cancellations; a rescuer returns jobs whose lease expired.
-- a scheduler enqueues the ticks of registered periodic jobs.
+- the listener (``listener_async``, LISTEN postroom_jobs) wakes the fetcher when jobs arrive;
+  without it, or when a notification is lost, the fetcher polls every ``poll_interval`` seconds.
+- the completer (``completer_async``) writes finished jobs back, batching whatever finished
+  while its last write ran.
+- the heartbeat (``heartbeat_async``) extends the leases of the jobs the worker holds and
+  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired
+  and purges old finished jobs; the vacuum (``vacuum_async``) keeps the queue tables lean.
+- the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
-import time
-import traceback
 import uuid
-from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from .._compat import (
-    Condition,
+from .._acompat import (
     Event,
     JobCall,
-    JobThreads,
-    Lock,
+    SyncJobThreads,
     gather,
-    install_stop_handler,
+    install_sync_stop_handler,
     join_all,
     sleep,
     spawn,
 )
 from .._db import Database
-from ..errors import InvalidArgument, JobInterrupted
+from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from .backoff import Backoff
+from .completer import Completer
+from .execution import JobExit, PreparedKind, prepare
+from .fetcher import Fetcher
+from .heartbeat import Heartbeat
 from .jobs import Jobs
-from .records import check_queues, check_seconds, encode_result, notify_payload
+from .listener import Listener
+from .outcomes import (
+    Claimed,
+    HeldJobs,
+    Outcome,
+    failure,
+    format_error,
+    interrupted,
+    success,
+)
+from .records import check_queues, check_seconds
+from .rescuer import Rescuer
+from .scheduler import Scheduler
+from .vacuum import Vacuum
 
 log = logging.getLogger("postroom.worker")
-
-MAX_ERROR_CHARS = 8000
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-RESCUE_BATCH = 1000
-PURGE_INTERVAL = 60.0
-VACUUM_MIN_DEAD = 10_000
-OutcomeKind = Literal["done", "fail", "cancelled", "release"]
-
-
-@dataclass(eq=False)
-class _Claimed:
-    id: int
-    queue: str
-    kind: str
-    args: dict[str, Any]
-    attempt: int
-    max_attempts: int
-    call: JobCall | None = None
-    started: bool = False
-    reported: bool = False
-    interrupt_kind: Literal["cancel", "shutdown", "lost"] | None = None
-
-
-@dataclass(eq=False)
-class _Outcome:
-    job: _Claimed
-    kind: OutcomeKind
-    result: str | None = None
-    error: str | None = None
-    delay: float = 0.0
-    final: bool = False
 
 
 class Worker:
     """Runs the registered jobs of ``queues`` until stopped.
 
         worker = client.worker(queues=["email"], concurrency=8)
-        worker.run()       # until SIGTERM/SIGINT or worker.stop()
+        await worker.run()       # until SIGTERM/SIGINT or worker.stop()
 
     ``run()`` stops on SIGTERM or SIGINT (when called in the main thread): it stops claiming,
     gives back claimed jobs that have not started, lets running jobs finish for up to
@@ -166,42 +149,27 @@ class Worker:
             if vacuum_interval is None
             else check_seconds("vacuum_interval", vacuum_interval, allow_zero=False)
         )
-        self._vacuum_denied = False
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._payloads = {notify_payload(jobs.db.schema, q) for q in self.queues}
-        self._payloads.add(notify_payload(jobs.db.schema, "*"))
-        self._cancel_payload = notify_payload(jobs.db.schema, "cancel")
         self._limited = any(
             d.max_concurrency is not None or d.rate_limit is not None
             for d in jobs.definitions.values()
         )
-        self._db: Database | None = None
-        # Claiming state, guarded by one lock: slots wait on _cond for claimed jobs, the
-        # fetcher waits on _fetch_cond for room in the buffer or a wake-up.
-        lock = Lock()
-        self._cond = Condition(lock)
-        self._fetch_cond = Condition(lock)
-        self._buffer: deque[_Claimed] = deque()
-        self._idle = 0
-        self._wake = True
-        self._next_poll = 0.0
-        self._claiming = True
-        self._burst = False
-        # Jobs this worker holds a lease on, until their outcome is written.
-        self._held: dict[int, _Claimed] = {}
-        self._held_limit = 2 * (concurrency + prefetch)
-        # Outcomes waiting for the completer, guarded by _done_cond.
-        self._done_cond = Condition()
-        self._outcomes: list[_Outcome] = []
-        self._closing = False
-        self._closed = False
-        self._heartbeat_now = Event()
-        self._loops_stop = Event()
-        self._threads: JobThreads | None = None
+        self._held = HeldJobs(2 * (concurrency + prefetch))
+        self._stopping = Event()
+        self._fetcher: Fetcher | None = None
+        self._completer: Completer | None = None
+        self._heartbeat_unit: Heartbeat | None = None
+        self._threads: SyncJobThreads | None = None
         self._stop_requests = 0
         self._started = False
-        self.processed = 0
+        self._crash: WorkerCrashed | None = None
+        self._exit: SystemExit | KeyboardInterrupt | None = None
+        self._kinds: dict[str, PreparedKind] = {}
+
+    @property
+    def processed(self) -> int:
         """Jobs whose outcome this worker has written (any outcome)."""
+        return 0 if self._completer is None else self._completer.processed
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -216,7 +184,126 @@ class Worker:
         if self._started:
             raise InvalidArgument("a worker runs once; create a new one with client.worker()")
         self._started = True
-        self._burst = burst
+        pool = self._pool()
+        pool.open(wait=True)
+        db = Database(pool, self._jobs.db.conninfo, self._jobs.db.schema)
+        restore = install_sync_stop_handler(self.stop) if handle_signals else None
+        self._threads = SyncJobThreads(self.concurrency)
+        fetcher = self._fetcher = Fetcher(
+            db,
+            worker=self.name,
+            queues=self.queues,
+            lease=self._lease,
+            concurrency=self.concurrency,
+            prefetch=self._prefetch,
+            poll_interval=self._poll_interval,
+            held=self._held,
+            on_drained=self.stop if burst else None,
+        )
+        completer = self._completer = Completer(
+            db,
+            worker=self.name,
+            keep_finished=self._keep_finished,
+            held=self._held,
+            fetcher=fetcher,
+            limited=self._limited,
+        )
+        heartbeat = self._heartbeat_unit = Heartbeat(
+            db,
+            worker=self.name,
+            lease=self._lease,
+            interval=self._heartbeat,
+            held=self._held,
+            stopping=self._stopping,
+        )
+        units: list[tuple[str, Any]] = [
+            ("completer", completer),
+            ("heartbeat", heartbeat),
+            (
+                "maintenance",
+                Rescuer(
+                    db,
+                    self._jobs,
+                    interval=self._rescue_interval,
+                    keep_finished=self._keep_finished,
+                    fetcher=fetcher,
+                    stopping=self._stopping,
+                ),
+            ),
+        ]
+        scheduler = None
+        if self._jobs.schedules:
+            scheduler = Scheduler(db, self._jobs, stopping=self._stopping)
+            units.append(("scheduler", scheduler))
+        if self._vacuum_interval is not None:
+            units.append(
+                ("vacuum", Vacuum(db, interval=self._vacuum_interval, stopping=self._stopping))
+            )
+        if self._listen:
+            listener = Listener(
+                db,
+                queues=self.queues,
+                poll_interval=self._poll_interval,
+                fetcher=fetcher,
+                heartbeat=heartbeat,
+                stopping=self._stopping,
+            )
+            units.append(("listener", listener))
+        background = []
+        try:
+            self._register_limits()
+            if scheduler is not None:
+                scheduler.register()
+            background = [
+                spawn(self._supervised, what, unit.run, name=f"postroom-{what}")
+                for what, unit in units
+            ]
+            fetch_task = spawn(self._supervised, "fetcher", fetcher.run, name="postroom-fetcher")
+            slots = [
+                spawn(self._supervised, "slot", self._slot_loop, name=f"postroom-slot-{i}")
+                for i in range(self.concurrency)
+            ]
+            while not self._stop_requests:
+                sleep(0.05)
+            self._shutdown(slots)
+            gather(fetch_task, 30)
+        finally:
+            fetcher.stop()  # slots end at their next wake-up
+            self._stopping.set()
+            heartbeat.beat_now()
+            completer.close()
+            for task in background:
+                gather(task, 10)
+            if restore is not None:
+                restore()
+            self._threads.close()
+            pool.close()
+        if self._crash is not None:
+            raise self._crash
+        if self._exit is not None:
+            raise self._exit
+
+    def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
+        """Run one of the worker's loops; if it fails, log it and stop the worker, which
+        then raises :class:`WorkerCrashed` from ``run()``: no loop dies silently while the
+        process stays up (a supervisor restarts a process that exits with an error)."""
+        try:
+            loop()
+        except Exception as exc:  # reported, then turned into WorkerCrashed
+            log.critical(
+                "worker %s: its %s loop failed and cannot go on; stopping the worker",
+                self.name,
+                what,
+                exc_info=True,
+            )
+            if self._crash is None:
+                self._crash = WorkerCrashed(
+                    f"worker {self.name}: its {what} loop failed: {type(exc).__name__}: {exc}"
+                )
+                self._crash.__cause__ = exc
+            self.stop()
+
+    def _pool(self) -> ConnectionPool:
         # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;
         # multi-statement writes open a transaction explicitly.
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -228,7 +315,7 @@ class Worker:
             if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
                 conn.execute(session)
 
-        pool = ConnectionPool(
+        return ConnectionPool(
             self._jobs.db.conninfo,
             min_size=1,
             max_size=5,
@@ -237,565 +324,102 @@ class Worker:
             open=False,
             name=f"postroom-worker-{self.name}",
         )
-        pool.open(wait=True)
-        self._db = Database(pool, self._jobs.db.conninfo, self._jobs.db.schema)
-        restore = install_stop_handler(self.stop) if handle_signals else None
-        self._threads = JobThreads(self.concurrency)
-        background = []
-        try:
-            self._register()
-            background = [
-                spawn(self._completer_loop, name="postroom-completer"),
-                spawn(self._heartbeat_loop, name="postroom-heartbeat"),
-                spawn(self._maintenance_loop, name="postroom-maintenance"),
-            ]
-            if self._jobs.schedules:
-                background.append(spawn(self._schedule_loop, name="postroom-scheduler"))
-            if self._vacuum_interval is not None:
-                background.append(spawn(self._vacuum_loop, name="postroom-vacuum"))
-            if self._listen:
-                background.append(spawn(self._listen_loop, name="postroom-listener"))
-            fetcher = spawn(self._fetch_loop, name="postroom-fetcher")
-            slots = [
-                spawn(self._slot_loop, name=f"postroom-slot-{i}") for i in range(self.concurrency)
-            ]
-            while not self._stop_requests:
-                sleep(0.05)
-            self._shutdown(slots)
-            gather(fetcher, 30)
-        finally:
-            self._closed = True
-            self._claiming = False  # slots and fetcher end at their next wake-up
-            self._heartbeat_now.set()
-            self._loops_stop.set()
-            for task in background:
-                gather(task, 10)
-            if restore is not None:
-                restore()
-            self._threads.close()
-            pool.close()
+
+    def _register_limits(self) -> None:
+        """Store the registered concurrency and rate limits."""
+        for definition in self._jobs.definitions.values():
+            if definition.max_concurrency is not None or definition.rate_limit is not None:
+                self._jobs.set_limit(
+                    "kind", definition.kind, definition.max_concurrency, definition.rate_limit, None
+                )
 
     def _shutdown(self, slots: list[Any]) -> None:
-        with self._cond:
-            self._claiming = False
-            unstarted = list(self._buffer)
-            self._buffer.clear()
-            self._cond.notify_all()
-            self._fetch_cond.notify()
-        for job in unstarted:
-            self._report(_Outcome(job, "release"))
+        assert self._fetcher is not None and self._completer is not None
+        for job in self._fetcher.stop():
+            self._completer.report(Outcome(job, "release"))
         grace = 0.0 if self._stop_requests > 1 else self._grace
         if not join_all(slots, grace):
-            for job in list(self._held.values()):
+            for job in self._held.snapshot():
                 if job.call is not None and not job.reported:
                     job.interrupt_kind = "shutdown"
                     job.call.interrupt(JobInterrupted("the worker shut down"))
             if not join_all(slots, 2.0):
-                stuck = [j for j in self._held.values() if j.started and not j.reported]
+                stuck = [j for j in self._held.snapshot() if j.started and not j.reported]
                 log.warning("releasing %d jobs that did not stop in time", len(stuck))
                 for job in stuck:
-                    self._report(_Outcome(job, "release"))
-        with self._done_cond:
-            self._closing = True
-            self._done_cond.notify_all()
+                    self._completer.report(Outcome(job, "release"))
+        self._completer.close()
 
-    # -- claiming and running ---------------------------------------------------------------
+    # -- running jobs -----------------------------------------------------------------------
 
     def _slot_loop(self) -> None:
+        assert self._fetcher is not None and self._completer is not None
         while True:
-            job = self._next_job()
+            job = self._fetcher.next_job()
             if job is None:
                 return
-            self._execute(job)
+            self._completer.report(self._execute(job))
 
-    def _next_job(self) -> _Claimed | None:
-        """The next claimed job for this slot; None once the worker stops claiming."""
-        with self._cond:
-            self._idle += 1
-            if not self._buffer:
-                self._fetch_cond.notify()  # a slot waits: claim for it
-            try:
-                while self._claiming:
-                    while self._buffer:
-                        job = self._buffer.popleft()
-                        if len(self._buffer) == self._prefetch // 2:
-                            self._fetch_cond.notify()  # low water: claim the next batch now
-                        if job.interrupt_kind != "lost":
-                            return job
-                    self._cond.wait_timeout(self._poll_interval)
+    def _prepared(self, kind: str) -> PreparedKind | None:
+        prepared = self._kinds.get(kind)
+        if prepared is None:
+            definition = self._jobs.definitions.get(kind)
+            if definition is None:
                 return None
-            finally:
-                self._idle -= 1
+            prepared = self._kinds[kind] = prepare(definition)
+        return prepared
 
-    def _fetch_loop(self) -> None:
-        """Claim batches into the buffer while slots run jobs from it: the next claim overlaps
-        the work on the current batch. Claims when the buffer is at or below half of
-        ``prefetch`` (empty without prefetch) and a slot is idle or there is room ahead; on a
-        wake-up (notification, a full batch last time) at once, otherwise every poll."""
-        while True:
-            with self._cond:
-                while True:
-                    if not self._claiming:
-                        return
-                    room = self._idle + self._prefetch - len(self._buffer)
-                    # Back-pressure: finished jobs still hold their lease until written back;
-                    # if the write-back falls behind, stop claiming rather than pile up leases.
-                    room = min(room, self._held_limit - len(self._held))
-                    wanted = room > 0 and len(self._buffer) <= self._prefetch // 2
-                    due = self._wake or time.monotonic() >= self._next_poll
-                    if wanted and due:
-                        break
-                    wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
-                    self._fetch_cond.wait_timeout(max(wait, 0.001))
-                self._wake = False
-            claimed = self._claim(room)
-            with self._cond:
-                self._buffer.extend(claimed)
-                if len(claimed) >= room:
-                    self._wake = True  # probably more due: claim again when there is room
-                else:
-                    self._next_poll = time.monotonic() + self._poll_interval * (
-                        0.8 + 0.4 * random.random()
-                    )
-                    if (
-                        self._burst
-                        and not claimed
-                        and not self._buffer
-                        and self._idle == self.concurrency  # no slot is running a job
-                    ):
-                        self.stop()
-                if len(claimed) > 1:
-                    self._cond.notify_all()
-                elif claimed:
-                    self._cond.notify()
-
-    def _claim(self, want: int) -> list[_Claimed]:
-        assert self._db is not None
-        try:
-            with self._db.connection() as conn:
-                cur = conn.execute(
-                    self._db.q("claim_jobs"),
-                    {
-                        "queues": self.queues,
-                        "limit": want,
-                        "worker": self.name,
-                        "lease": timedelta(seconds=self._lease),
-                    },
-                )
-                rows = cur.fetchall()
-        except psycopg.Error as exc:
-            log.warning("claim failed, retrying in %.1f s: %s", self._poll_interval, exc)
-            return []
-        jobs = [_Claimed(*row) for row in rows]
-        for job in jobs:
-            self._held[job.id] = job
-        return jobs
-
-    def _execute(self, job: _Claimed) -> None:
-        definition = self._jobs.definitions.get(job.kind)
+    def _execute(self, job: Claimed) -> Outcome:
+        prepared = self._prepared(job.kind)
         job.started = True
         if job.interrupt_kind == "cancel":
-            outcome = _Outcome(job, "cancelled")
-        elif definition is None:
+            return Outcome(job, "cancelled")
+        if prepared is None:
             known = ", ".join(sorted(self._jobs.definitions)) or "none"
-            outcome = self._failure(
+            return failure(
                 job,
                 f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
                 f"worker {self.name} (registered kinds: {known}); import the module that "
                 "defines it in the worker",
                 Backoff(),
             )
-        else:
-            job.call = JobCall(definition.func, job.args, definition.timeout, self._threads)
-            try:
-                value = job.call.run()
-            except JobInterrupted as exc:
-                outcome = self._interrupted(job, exc, definition.backoff)
-            except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
-                outcome = self._failure(job, _format_error(exc), definition.backoff)
-            else:
-                outcome = self._success(job, value)
-        self._report(outcome)
-
-    def _success(self, job: _Claimed, value: Any) -> _Outcome:
+        definition = prepared.definition
+        serializer = self._jobs.serializer
         try:
-            return _Outcome(job, "done", result=encode_result(value))
-        except (TypeError, ValueError) as exc:
-            # The job ran; running it again would repeat its effects. Fail it for a person to
-            # look at instead.
-            return _Outcome(
-                job,
-                "fail",
-                error=f"the job ran but its result is not JSON-serializable ({exc}); return "
-                "str, int, float, bool, None, or lists and dicts of them",
-                final=True,
-            )
+            args = serializer.decode(job.args)
+        except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
+            return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
+        call = JobCall(prepared.func, args, definition.timeout, self._threads)
+        job.call = call
+        try:
+            value = call.run()
+        except JobInterrupted as exc:
+            return interrupted(job, exc, definition.backoff)
+        except JobExit as exc:
+            return self._exiting(job, exc.exc, definition.backoff)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            return self._exiting(job, exc, definition.backoff)
+        except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
+            return failure(job, format_error(exc), definition.backoff)
+        return success(job, value, serializer)
 
-    def _failure(self, job: _Claimed, error: str, backoff: Backoff) -> _Outcome:
-        return _Outcome(
-            job,
-            "fail",
-            error=error[-MAX_ERROR_CHARS:],
-            delay=backoff.delay(job.attempt),
-            final=job.attempt >= job.max_attempts,
+    def _exiting(
+        self, job: Claimed, exc: SystemExit | KeyboardInterrupt, backoff: Backoff
+    ) -> Outcome:
+        """A job asked the process to exit: its attempt fails (retried while attempts are
+        left), the worker shuts down gracefully, and ``run()`` raises ``exc`` at its end."""
+        log.warning(
+            "job %s (%s) raised %r: failing its attempt and shutting the worker down",
+            job.id,
+            job.kind,
+            exc,
         )
-
-    def _interrupted(self, job: _Claimed, exc: JobInterrupted, backoff: Backoff) -> _Outcome:
-        if job.interrupt_kind == "cancel":
-            return _Outcome(job, "cancelled")
-        if job.interrupt_kind == "shutdown":
-            return _Outcome(job, "release")
-        if job.interrupt_kind == "lost":
-            return _Outcome(job, "release")  # fenced: the write-back matches nothing
-        return self._failure(job, f"JobTimeout: {exc.reason}", backoff)
-
-    def _report(self, outcome: _Outcome) -> None:
-        outcome.job.reported = True
-        with self._done_cond:
-            self._outcomes.append(outcome)
-            self._done_cond.notify()
-
-    # -- write-back -------------------------------------------------------------------------
-
-    def _completer_loop(self) -> None:
-        while True:
-            with self._done_cond:
-                while not self._outcomes:
-                    if self._closing:
-                        return
-                    self._done_cond.wait_timeout(0.5)
-                batch, self._outcomes = self._outcomes, []
-            self._write_outcomes(batch)
-            with self._cond:
-                if self._limited:
-                    self._wake = True  # running counts fell: limited claims may go on
-                self._fetch_cond.notify()  # leases released: room under the held limit
-
-    def _write_outcomes(self, batch: list[_Outcome]) -> None:
-        assert self._db is not None
-        by_kind: dict[OutcomeKind, list[_Outcome]] = {}
-        for outcome in batch:
-            by_kind.setdefault(outcome.kind, []).append(outcome)
-        for attempt in range(5):
-            try:
-                with self._db.connection() as conn:
-                    if len(by_kind) == 1 and "release" not in by_kind:
-                        self._write(conn, by_kind)  # one statement
-                    else:
-                        with conn.transaction():
-                            self._write(conn, by_kind)
-                break
-            except psycopg.OperationalError as exc:
-                log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
-                sleep(0.2 * 2**attempt)
-        else:
-            log.error(
-                "dropping %d job outcomes: their leases expire and they run again", len(batch)
-            )
-        for outcome in batch:
-            self._held.pop(outcome.job.id, None)
-        self.processed += len(batch)
-
-    def _write(
-        self, conn: psycopg.Connection[Any], by_kind: dict[OutcomeKind, list[_Outcome]]
-    ) -> None:
-        assert self._db is not None
-        fence = {"worker": self.name}
-        if "done" in by_kind:
-            done = by_kind["done"]
-            params: dict[str, Any] = {
-                **fence,
-                "ids": [o.job.id for o in done],
-                "attempts": [o.job.attempt for o in done],
-            }
-            if self._keep_finished > 0:
-                params["results"] = [o.result for o in done]
-                conn.execute(self._db.q("complete_jobs_archived"), params)
-            else:
-                conn.execute(self._db.q("complete_jobs_deleted"), params)
-        if "fail" in by_kind:
-            failed = by_kind["fail"]
-            conn.execute(
-                self._db.q("fail_jobs"),
-                {
-                    **fence,
-                    "ids": [o.job.id for o in failed],
-                    "attempts": [o.job.attempt for o in failed],
-                    "errors": [o.error for o in failed],
-                    "delays": [o.delay for o in failed],
-                    "finals": [o.final for o in failed],
-                },
-            )
-        if "cancelled" in by_kind:
-            cancelled = by_kind["cancelled"]
-            conn.execute(
-                self._db.q("finish_cancelled_jobs"),
-                {
-                    **fence,
-                    "ids": [o.job.id for o in cancelled],
-                    "attempts": [o.job.attempt for o in cancelled],
-                },
-            )
-        if "release" in by_kind:
-            released = by_kind["release"]
-            conn.execute(
-                self._db.q("release_jobs"),
-                {
-                    **fence,
-                    "ids": [o.job.id for o in released],
-                    "attempts": [o.job.attempt for o in released],
-                    "started": [o.job.started for o in released],
-                    "reason": f"interrupted: worker {self.name} shut down",
-                },
-            )
-            payloads = sorted({notify_payload(self._db.schema, o.job.queue) for o in released})
-            conn.execute(self._db.q("notify_queues"), {"payloads": payloads})
-
-    # -- leases -----------------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        assert self._db is not None
-        while not self._closed:
-            self._heartbeat_now.wait_timeout(self._heartbeat)
-            self._heartbeat_now.clear()
-            held = [j for j in list(self._held.values()) if not j.reported]
-            if not held or self._closed:
-                continue
-            try:
-                with self._db.connection() as conn:
-                    cur = conn.execute(
-                        self._db.q("heartbeat_jobs"),
-                        {
-                            "worker": self.name,
-                            "ids": [j.id for j in held],
-                            "attempts": [j.attempt for j in held],
-                            "lease": timedelta(seconds=self._lease),
-                        },
-                    )
-                    alive = dict(cur.fetchall())
-            except psycopg.Error as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            for job in held:
-                if job.reported:
-                    continue
-                if job.id not in alive:
-                    log.warning("lost the lease of job %s (attempt %s)", job.id, job.attempt)
-                    job.interrupt_kind = "lost"
-                    self._held.pop(job.id, None)
-                    if job.call is not None:
-                        job.call.interrupt(JobInterrupted("the worker lost the job's lease"))
-                elif alive[job.id] and job.interrupt_kind is None:
-                    job.interrupt_kind = "cancel"
-                    if job.call is not None:
-                        job.call.interrupt(JobInterrupted("cancelled"))
-
-    def _maintenance_loop(self) -> None:
-        assert self._db is not None
-        next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
-        while not self._closed:
-            self._loops_stop.wait_timeout(self._rescue_interval * (0.8 + 0.4 * random.random()))
-            if self._closed:
-                return
-            try:
-                self._rescue()
-                if self._keep_finished > 0 and time.monotonic() >= next_purge:
-                    next_purge = time.monotonic() + PURGE_INTERVAL
-                    self._jobs.purge("done", self._keep_finished)
-                    self._jobs.purge("cancelled", self._keep_finished)
-            except psycopg.Error as exc:
-                log.warning("queue maintenance failed: %s", exc)
-
-    def _vacuum_loop(self) -> None:
-        """Vacuum the queue tables when their dead rows pile up, whatever autovacuum does.
-
-        A queue table churns faster than autovacuum's defaults expect, and autovacuum may be
-        off, or busy elsewhere, or waking once a minute per database. One worker at a time (an
-        advisory lock elects it) vacuums a table once its dead rows exceed 10,000 and a fifth
-        of its live rows; VACUUM takes a lock that lets claims and writes go on."""
-        assert self._db is not None and self._vacuum_interval is not None
-        try:
-            with self._db.connection() as conn:
-                cur = conn.execute(self._db.q("may_vacuum_jobs"))
-                row = cur.fetchone()
-        except psycopg.Error as exc:
-            log.warning("cannot check who may vacuum the queue tables: %s", exc)
-            return
-        if not (row and row[0]):
-            log.info("this role does not own the queue tables: vacuum is left to autovacuum")
-            return
-        while not self._closed and not self._vacuum_denied:
-            self._loops_stop.wait_timeout(self._vacuum_interval * (0.8 + 0.4 * random.random()))
-            if self._closed:
-                return
-            try:
-                self._vacuum_if_needed()
-            except psycopg.errors.InsufficientPrivilege as exc:
-                log.warning("cannot vacuum the queue tables (%s); leaving it to autovacuum", exc)
-                self._vacuum_denied = True
-            except psycopg.Error as exc:
-                log.warning("vacuuming the queue tables failed: %s", exc)
-
-    def _vacuum_if_needed(self) -> None:
-        assert self._db is not None
-        with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("queue_dead_tuples"))
-            wanted = [
-                name
-                for name, dead, live in cur.fetchall()
-                if dead > VACUUM_MIN_DEAD and dead > live / 5
-            ]
-            if not wanted:
-                return
-            lock = {"schema": self._db.schema}
-            cur = conn.execute(self._db.q("try_vacuum_lock"), lock)
-            row = cur.fetchone()
-            if not (row and row[0]):
-                return  # another worker is vacuuming
-            try:
-                for name in wanted:
-                    query = "vacuum_jobs" if name == "jobs" else "vacuum_finished_jobs"
-                    conn.execute(self._db.q(query), prepare=False)
-            finally:
-                conn.execute(self._db.q("vacuum_unlock"), lock)
-
-    def _rescue(self) -> int:
-        assert self._db is not None
-        total = 0
-        while True:
-            with self._db.connection() as conn:
-                cur = conn.execute(self._db.q("rescue_expired_jobs"), {"batch": RESCUE_BATCH})
-                row = cur.fetchone()
-            count = int(row[0]) if row else 0
-            total += count
-            if count < RESCUE_BATCH:
-                break
-        if total:
-            log.info("returned %d jobs whose lease expired", total)
-            with self._cond:
-                self._wake = True
-                self._fetch_cond.notify()
-        return total
-
-    # -- wake-ups and schedules -------------------------------------------------------------
-
-    def _listen_loop(self) -> None:
-        assert self._db is not None
-        while not self._closed:
-            try:
-                conn = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
-            except psycopg.Error as exc:
-                log.warning("LISTEN connection failed, polling meanwhile: %s", exc)
-                self._loops_stop.wait_timeout(self._poll_interval)
-                continue
-            try:
-                conn.execute(self._db.q("listen_jobs"))
-                with self._cond:  # jobs may have arrived while not listening
-                    self._wake = True
-                    self._fetch_cond.notify()
-                while not self._closed:
-                    for notify in conn.notifies(timeout=0.1):
-                        if notify.payload == self._cancel_payload:
-                            self._heartbeat_now.set()
-                        elif notify.payload in self._payloads:
-                            with self._cond:
-                                self._wake = True
-                                self._fetch_cond.notify()
-            except psycopg.Error as exc:
-                log.warning("LISTEN connection lost, reconnecting: %s", exc)
-            finally:
-                conn.close()
-
-    def _register(self) -> None:
-        """Store the registered limits and periodic schedules."""
-        for definition in self._jobs.definitions.values():
-            if definition.max_concurrency is not None or definition.rate_limit is not None:
-                self._jobs.set_limit(
-                    "kind", definition.kind, definition.max_concurrency, definition.rate_limit, None
-                )
-        if not self._jobs.schedules:
-            return
-        assert self._db is not None
-        with self._db.connection() as conn, conn.transaction():
-            cur = conn.execute(self._db.q("db_clock"))
-            row = cur.fetchone()
-            assert row is not None
-            now = row[0]
-            for schedule in self._jobs.schedules.values():
-                conn.execute(
-                    self._db.q("upsert_schedule"),
-                    {
-                        "name": schedule.name,
-                        "cron": schedule.cron.expression,
-                        "kind": schedule.kind,
-                        "queue": schedule.queue,
-                        "args": schedule.args_json,
-                        "priority": schedule.priority,
-                        "max_attempts": schedule.max_attempts,
-                        "next_run_at": schedule.cron.next_after(now),
-                    },
-                )
-
-    def _schedule_loop(self) -> None:
-        assert self._db is not None
-        names = sorted(self._jobs.schedules)
-        while not self._closed:
-            wait = 1.0
-            try:
-                with self._db.connection() as conn:
-                    with conn.transaction():
-                        self._enqueue_due_ticks(conn, names)
-                    cur = conn.execute(self._db.q("next_schedule_at"), {"names": names})
-                    row = cur.fetchone()
-                if row is not None and row[0] is not None:
-                    wait = min(wait, max(row[0].total_seconds(), 0.0))
-            except psycopg.Error as exc:
-                log.warning("enqueueing periodic jobs failed: %s", exc)
-            self._loops_stop.wait_timeout(wait + 0.002)
-
-    def _enqueue_due_ticks(self, conn: psycopg.Connection[Any], names: list[str]) -> None:
-        """Enqueue each due tick once: the schedule row is locked (SKIP LOCKED, so other
-        workers pass over it) and moved to its next tick in the same transaction as the job
-        insert. Ticks missed while no worker ran are enqueued once, not once per tick."""
-        assert self._db is not None
-        cur = conn.execute(self._db.q("due_schedules"), {"names": names})
-        for (
-            name,
-            _cron,
-            kind,
-            queue,
-            _args,
-            priority,
-            max_attempts,
-            tick,
-            now,
-        ) in cur.fetchall():
-            schedule = self._jobs.schedules[name]
-            conn.execute(
-                self._db.q("enqueue_unique_jobs"),
-                {
-                    "queues": [queue],
-                    "kinds": [kind],
-                    "args": [schedule.args_json],
-                    "priorities": [priority],
-                    "run_ats": [tick],
-                    "delays": [None],
-                    "max_attempts": [max_attempts],
-                    "unique_keys": [f"cron:{name}:{tick.isoformat()}"],
-                },
-            )
-            conn.execute(
-                self._db.q("advance_schedule"),
-                {"name": name, "next_run_at": schedule.cron.next_after(now), "last_run_at": tick},
-            )
-            conn.execute(
-                self._db.q("notify_queues"), {"payloads": [notify_payload(self._db.schema, queue)]}
-            )
-
-
-def _format_error(exc: BaseException) -> str:
-    """The exception with its traceback, starting at the job's own frames."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb)).strip()
+        if self._exit is None:
+            self._exit = exc
+        self.stop()
+        return failure(
+            job,
+            f"{type(exc).__name__} raised by the job: the attempt failed and worker "
+            f"{self.name} shut down\n{format_error(exc)}",
+            backoff,
+        )

@@ -1,41 +1,38 @@
 """The worker: claim a batch, commit, then run; write outcomes back in batches.
 
-Moving parts (tasks here, threads in the sync twin), all on the worker's own small pool:
+A worker is the composition of small units (tasks here, threads in the sync twin), each the one
+owner of its state, all on the worker's own small pool:
 
-- ``concurrency`` slots run jobs. An idle slot takes the next claimed job from a local buffer;
-  when the buffer is empty one slot claims for all idle ones (``claim_jobs``: one statement,
+- ``concurrency`` slots run jobs, taking the next claimed job from the fetcher's buffer.
+- the fetcher (``fetcher_async``) claims batches for idle slots (``claim_jobs``: one statement,
   FOR UPDATE SKIP LOCKED) and commits before any job starts: no transaction is open while a
   job runs.
-- a listener (LISTEN postroom_jobs) wakes idle slots when jobs arrive; without it, or when a
-  notification is lost, slots poll every ``poll_interval`` seconds.
-- a completer writes finished jobs back, batching whatever finished while its last write ran.
-- a heartbeat extends the leases of every job the worker holds (running, buffered or awaiting
-  write-back) and learns about cancellations; a rescuer returns jobs whose lease expired.
-- a scheduler enqueues the ticks of registered periodic jobs.
+- the listener (``listener_async``, LISTEN postroom_jobs) wakes the fetcher when jobs arrive;
+  without it, or when a notification is lost, the fetcher polls every ``poll_interval`` seconds.
+- the completer (``completer_async``) writes finished jobs back, batching whatever finished
+  while its last write ran.
+- the heartbeat (``heartbeat_async``) extends the leases of the jobs the worker holds and
+  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired
+  and purges old finished jobs; the vacuum (``vacuum_async``) keeps the queue tables lean.
+- the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
-import time
-import traceback
 import uuid
-from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .._acompat import (
-    ACondition,
     AEvent,
     AJobCall,
-    ALock,
     JobThreads,
     agather,
     ajoin_all,
@@ -44,43 +41,29 @@ from .._acompat import (
     install_stop_handler,
 )
 from .._db_async import AsyncDatabase
-from ..errors import InvalidArgument, JobInterrupted
+from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from .backoff import Backoff
+from .completer_async import AsyncCompleter
+from .execution import JobExit, PreparedKind, prepare
+from .fetcher_async import AsyncFetcher
+from .heartbeat_async import AsyncHeartbeat
 from .jobs_async import AsyncJobs
-from .records import check_queues, check_seconds, encode_result, notify_payload
+from .listener_async import AsyncListener
+from .outcomes import (
+    Claimed,
+    HeldJobs,
+    Outcome,
+    failure,
+    format_error,
+    interrupted,
+    success,
+)
+from .records import check_queues, check_seconds
+from .rescuer_async import AsyncRescuer
+from .scheduler_async import AsyncScheduler
+from .vacuum_async import AsyncVacuum
 
 log = logging.getLogger("postroom.worker")
-
-MAX_ERROR_CHARS = 8000
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-RESCUE_BATCH = 1000
-PURGE_INTERVAL = 60.0
-VACUUM_MIN_DEAD = 10_000
-OutcomeKind = Literal["done", "fail", "cancelled", "release"]
-
-
-@dataclass(eq=False)
-class _Claimed:
-    id: int
-    queue: str
-    kind: str
-    args: dict[str, Any]
-    attempt: int
-    max_attempts: int
-    call: AJobCall | None = None
-    started: bool = False
-    reported: bool = False
-    interrupt_kind: Literal["cancel", "shutdown", "lost"] | None = None
-
-
-@dataclass(eq=False)
-class _Outcome:
-    job: _Claimed
-    kind: OutcomeKind
-    result: str | None = None
-    error: str | None = None
-    delay: float = 0.0
-    final: bool = False
 
 
 class AsyncWorker:
@@ -164,42 +147,27 @@ class AsyncWorker:
             if vacuum_interval is None
             else check_seconds("vacuum_interval", vacuum_interval, allow_zero=False)
         )
-        self._vacuum_denied = False
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._payloads = {notify_payload(jobs.db.schema, q) for q in self.queues}
-        self._payloads.add(notify_payload(jobs.db.schema, "*"))
-        self._cancel_payload = notify_payload(jobs.db.schema, "cancel")
         self._limited = any(
             d.max_concurrency is not None or d.rate_limit is not None
             for d in jobs.definitions.values()
         )
-        self._db: AsyncDatabase | None = None
-        # Claiming state, guarded by one lock: slots wait on _cond for claimed jobs, the
-        # fetcher waits on _fetch_cond for room in the buffer or a wake-up.
-        lock = ALock()
-        self._cond = ACondition(lock)
-        self._fetch_cond = ACondition(lock)
-        self._buffer: deque[_Claimed] = deque()
-        self._idle = 0
-        self._wake = True
-        self._next_poll = 0.0
-        self._claiming = True
-        self._burst = False
-        # Jobs this worker holds a lease on, until their outcome is written.
-        self._held: dict[int, _Claimed] = {}
-        self._held_limit = 2 * (concurrency + prefetch)
-        # Outcomes waiting for the completer, guarded by _done_cond.
-        self._done_cond = ACondition()
-        self._outcomes: list[_Outcome] = []
-        self._closing = False
-        self._closed = False
-        self._heartbeat_now = AEvent()
-        self._loops_stop = AEvent()
+        self._held = HeldJobs(2 * (concurrency + prefetch))
+        self._stopping = AEvent()
+        self._fetcher: AsyncFetcher | None = None
+        self._completer: AsyncCompleter | None = None
+        self._heartbeat_unit: AsyncHeartbeat | None = None
         self._threads: JobThreads | None = None
         self._stop_requests = 0
         self._started = False
-        self.processed = 0
+        self._crash: WorkerCrashed | None = None
+        self._exit: SystemExit | KeyboardInterrupt | None = None
+        self._kinds: dict[str, PreparedKind] = {}
+
+    @property
+    def processed(self) -> int:
         """Jobs whose outcome this worker has written (any outcome)."""
+        return 0 if self._completer is None else self._completer.processed
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -214,7 +182,126 @@ class AsyncWorker:
         if self._started:
             raise InvalidArgument("a worker runs once; create a new one with client.worker()")
         self._started = True
-        self._burst = burst
+        pool = self._pool()
+        await pool.open(wait=True)
+        db = AsyncDatabase(pool, self._jobs.db.conninfo, self._jobs.db.schema)
+        restore = install_stop_handler(self.stop) if handle_signals else None
+        self._threads = JobThreads(self.concurrency)
+        fetcher = self._fetcher = AsyncFetcher(
+            db,
+            worker=self.name,
+            queues=self.queues,
+            lease=self._lease,
+            concurrency=self.concurrency,
+            prefetch=self._prefetch,
+            poll_interval=self._poll_interval,
+            held=self._held,
+            on_drained=self.stop if burst else None,
+        )
+        completer = self._completer = AsyncCompleter(
+            db,
+            worker=self.name,
+            keep_finished=self._keep_finished,
+            held=self._held,
+            fetcher=fetcher,
+            limited=self._limited,
+        )
+        heartbeat = self._heartbeat_unit = AsyncHeartbeat(
+            db,
+            worker=self.name,
+            lease=self._lease,
+            interval=self._heartbeat,
+            held=self._held,
+            stopping=self._stopping,
+        )
+        units: list[tuple[str, Any]] = [
+            ("completer", completer),
+            ("heartbeat", heartbeat),
+            (
+                "maintenance",
+                AsyncRescuer(
+                    db,
+                    self._jobs,
+                    interval=self._rescue_interval,
+                    keep_finished=self._keep_finished,
+                    fetcher=fetcher,
+                    stopping=self._stopping,
+                ),
+            ),
+        ]
+        scheduler = None
+        if self._jobs.schedules:
+            scheduler = AsyncScheduler(db, self._jobs, stopping=self._stopping)
+            units.append(("scheduler", scheduler))
+        if self._vacuum_interval is not None:
+            units.append(
+                ("vacuum", AsyncVacuum(db, interval=self._vacuum_interval, stopping=self._stopping))
+            )
+        if self._listen:
+            listener = AsyncListener(
+                db,
+                queues=self.queues,
+                poll_interval=self._poll_interval,
+                fetcher=fetcher,
+                heartbeat=heartbeat,
+                stopping=self._stopping,
+            )
+            units.append(("listener", listener))
+        background = []
+        try:
+            await self._register_limits()
+            if scheduler is not None:
+                await scheduler.register()
+            background = [
+                aspawn(self._supervised, what, unit.run, name=f"postroom-{what}")
+                for what, unit in units
+            ]
+            fetch_task = aspawn(self._supervised, "fetcher", fetcher.run, name="postroom-fetcher")
+            slots = [
+                aspawn(self._supervised, "slot", self._slot_loop, name=f"postroom-slot-{i}")
+                for i in range(self.concurrency)
+            ]
+            while not self._stop_requests:
+                await asleep(0.05)
+            await self._shutdown(slots)
+            await agather(fetch_task, 30)
+        finally:
+            await fetcher.stop()  # slots end at their next wake-up
+            self._stopping.set()
+            heartbeat.beat_now()
+            await completer.close()
+            for task in background:
+                await agather(task, 10)
+            if restore is not None:
+                restore()
+            self._threads.close()
+            await pool.close()
+        if self._crash is not None:
+            raise self._crash
+        if self._exit is not None:
+            raise self._exit
+
+    async def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
+        """Run one of the worker's loops; if it fails, log it and stop the worker, which
+        then raises :class:`WorkerCrashed` from ``run()``: no loop dies silently while the
+        process stays up (a supervisor restarts a process that exits with an error)."""
+        try:
+            await loop()
+        except Exception as exc:  # reported, then turned into WorkerCrashed
+            log.critical(
+                "worker %s: its %s loop failed and cannot go on; stopping the worker",
+                self.name,
+                what,
+                exc_info=True,
+            )
+            if self._crash is None:
+                self._crash = WorkerCrashed(
+                    f"worker {self.name}: its {what} loop failed: {type(exc).__name__}: {exc}"
+                )
+                self._crash.__cause__ = exc
+            self.stop()
+
+    def _pool(self) -> AsyncConnectionPool:
         # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;
         # multi-statement writes open a transaction explicitly.
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -226,7 +313,7 @@ class AsyncWorker:
             if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
                 await conn.execute(session)
 
-        pool = AsyncConnectionPool(
+        return AsyncConnectionPool(
             self._jobs.db.conninfo,
             min_size=1,
             max_size=5,
@@ -235,571 +322,102 @@ class AsyncWorker:
             open=False,
             name=f"postroom-worker-{self.name}",
         )
-        await pool.open(wait=True)
-        self._db = AsyncDatabase(pool, self._jobs.db.conninfo, self._jobs.db.schema)
-        restore = install_stop_handler(self.stop) if handle_signals else None
-        self._threads = JobThreads(self.concurrency)
-        background = []
-        try:
-            await self._register()
-            background = [
-                aspawn(self._completer_loop, name="postroom-completer"),
-                aspawn(self._heartbeat_loop, name="postroom-heartbeat"),
-                aspawn(self._maintenance_loop, name="postroom-maintenance"),
-            ]
-            if self._jobs.schedules:
-                background.append(aspawn(self._schedule_loop, name="postroom-scheduler"))
-            if self._vacuum_interval is not None:
-                background.append(aspawn(self._vacuum_loop, name="postroom-vacuum"))
-            if self._listen:
-                background.append(aspawn(self._listen_loop, name="postroom-listener"))
-            fetcher = aspawn(self._fetch_loop, name="postroom-fetcher")
-            slots = [
-                aspawn(self._slot_loop, name=f"postroom-slot-{i}") for i in range(self.concurrency)
-            ]
-            while not self._stop_requests:
-                await asleep(0.05)
-            await self._shutdown(slots)
-            await agather(fetcher, 30)
-        finally:
-            self._closed = True
-            self._claiming = False  # slots and fetcher end at their next wake-up
-            self._heartbeat_now.set()
-            self._loops_stop.set()
-            for task in background:
-                await agather(task, 10)
-            if restore is not None:
-                restore()
-            self._threads.close()
-            await pool.close()
+
+    async def _register_limits(self) -> None:
+        """Store the registered concurrency and rate limits."""
+        for definition in self._jobs.definitions.values():
+            if definition.max_concurrency is not None or definition.rate_limit is not None:
+                await self._jobs.set_limit(
+                    "kind", definition.kind, definition.max_concurrency, definition.rate_limit, None
+                )
 
     async def _shutdown(self, slots: list[Any]) -> None:
-        async with self._cond:
-            self._claiming = False
-            unstarted = list(self._buffer)
-            self._buffer.clear()
-            self._cond.notify_all()
-            self._fetch_cond.notify()
-        for job in unstarted:
-            await self._report(_Outcome(job, "release"))
+        assert self._fetcher is not None and self._completer is not None
+        for job in await self._fetcher.stop():
+            await self._completer.report(Outcome(job, "release"))
         grace = 0.0 if self._stop_requests > 1 else self._grace
         if not await ajoin_all(slots, grace):
-            for job in list(self._held.values()):
+            for job in self._held.snapshot():
                 if job.call is not None and not job.reported:
                     job.interrupt_kind = "shutdown"
                     job.call.interrupt(JobInterrupted("the worker shut down"))
             if not await ajoin_all(slots, 2.0):
-                stuck = [j for j in self._held.values() if j.started and not j.reported]
+                stuck = [j for j in self._held.snapshot() if j.started and not j.reported]
                 log.warning("releasing %d jobs that did not stop in time", len(stuck))
                 for job in stuck:
-                    await self._report(_Outcome(job, "release"))
-        async with self._done_cond:
-            self._closing = True
-            self._done_cond.notify_all()
+                    await self._completer.report(Outcome(job, "release"))
+        await self._completer.close()
 
-    # -- claiming and running ---------------------------------------------------------------
+    # -- running jobs -----------------------------------------------------------------------
 
     async def _slot_loop(self) -> None:
+        assert self._fetcher is not None and self._completer is not None
         while True:
-            job = await self._next_job()
+            job = await self._fetcher.next_job()
             if job is None:
                 return
-            await self._execute(job)
+            await self._completer.report(await self._execute(job))
 
-    async def _next_job(self) -> _Claimed | None:
-        """The next claimed job for this slot; None once the worker stops claiming."""
-        async with self._cond:
-            self._idle += 1
-            if not self._buffer:
-                self._fetch_cond.notify()  # a slot waits: claim for it
-            try:
-                while self._claiming:
-                    while self._buffer:
-                        job = self._buffer.popleft()
-                        if len(self._buffer) == self._prefetch // 2:
-                            self._fetch_cond.notify()  # low water: claim the next batch now
-                        if job.interrupt_kind != "lost":
-                            return job
-                    await self._cond.wait_timeout(self._poll_interval)
+    def _prepared(self, kind: str) -> PreparedKind | None:
+        prepared = self._kinds.get(kind)
+        if prepared is None:
+            definition = self._jobs.definitions.get(kind)
+            if definition is None:
                 return None
-            finally:
-                self._idle -= 1
+            prepared = self._kinds[kind] = prepare(definition)
+        return prepared
 
-    async def _fetch_loop(self) -> None:
-        """Claim batches into the buffer while slots run jobs from it: the next claim overlaps
-        the work on the current batch. Claims when the buffer is at or below half of
-        ``prefetch`` (empty without prefetch) and a slot is idle or there is room ahead; on a
-        wake-up (notification, a full batch last time) at once, otherwise every poll."""
-        while True:
-            async with self._cond:
-                while True:
-                    if not self._claiming:
-                        return
-                    room = self._idle + self._prefetch - len(self._buffer)
-                    # Back-pressure: finished jobs still hold their lease until written back;
-                    # if the write-back falls behind, stop claiming rather than pile up leases.
-                    room = min(room, self._held_limit - len(self._held))
-                    wanted = room > 0 and len(self._buffer) <= self._prefetch // 2
-                    due = self._wake or time.monotonic() >= self._next_poll
-                    if wanted and due:
-                        break
-                    wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
-                    await self._fetch_cond.wait_timeout(max(wait, 0.001))
-                self._wake = False
-            claimed = await self._claim(room)
-            async with self._cond:
-                self._buffer.extend(claimed)
-                if len(claimed) >= room:
-                    self._wake = True  # probably more due: claim again when there is room
-                else:
-                    self._next_poll = time.monotonic() + self._poll_interval * (
-                        0.8 + 0.4 * random.random()
-                    )
-                    if (
-                        self._burst
-                        and not claimed
-                        and not self._buffer
-                        and self._idle == self.concurrency  # no slot is running a job
-                    ):
-                        self.stop()
-                if len(claimed) > 1:
-                    self._cond.notify_all()
-                elif claimed:
-                    self._cond.notify()
-
-    async def _claim(self, want: int) -> list[_Claimed]:
-        assert self._db is not None
-        try:
-            async with self._db.connection() as conn:
-                cur = await conn.execute(
-                    self._db.q("claim_jobs"),
-                    {
-                        "queues": self.queues,
-                        "limit": want,
-                        "worker": self.name,
-                        "lease": timedelta(seconds=self._lease),
-                    },
-                )
-                rows = await cur.fetchall()
-        except psycopg.Error as exc:
-            log.warning("claim failed, retrying in %.1f s: %s", self._poll_interval, exc)
-            return []
-        jobs = [_Claimed(*row) for row in rows]
-        for job in jobs:
-            self._held[job.id] = job
-        return jobs
-
-    async def _execute(self, job: _Claimed) -> None:
-        definition = self._jobs.definitions.get(job.kind)
+    async def _execute(self, job: Claimed) -> Outcome:
+        prepared = self._prepared(job.kind)
         job.started = True
         if job.interrupt_kind == "cancel":
-            outcome = _Outcome(job, "cancelled")
-        elif definition is None:
+            return Outcome(job, "cancelled")
+        if prepared is None:
             known = ", ".join(sorted(self._jobs.definitions)) or "none"
-            outcome = self._failure(
+            return failure(
                 job,
                 f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
                 f"worker {self.name} (registered kinds: {known}); import the module that "
                 "defines it in the worker",
                 Backoff(),
             )
-        else:
-            job.call = AJobCall(definition.func, job.args, definition.timeout, self._threads)
-            try:
-                value = await job.call.run()
-            except JobInterrupted as exc:
-                outcome = self._interrupted(job, exc, definition.backoff)
-            except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
-                outcome = self._failure(job, _format_error(exc), definition.backoff)
-            else:
-                outcome = self._success(job, value)
-        await self._report(outcome)
-
-    def _success(self, job: _Claimed, value: Any) -> _Outcome:
+        definition = prepared.definition
+        serializer = self._jobs.serializer
         try:
-            return _Outcome(job, "done", result=encode_result(value))
-        except (TypeError, ValueError) as exc:
-            # The job ran; running it again would repeat its effects. Fail it for a person to
-            # look at instead.
-            return _Outcome(
-                job,
-                "fail",
-                error=f"the job ran but its result is not JSON-serializable ({exc}); return "
-                "str, int, float, bool, None, or lists and dicts of them",
-                final=True,
-            )
+            args = serializer.decode(job.args)
+        except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
+            return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
+        call = AJobCall(prepared.func, args, definition.timeout, self._threads)
+        job.call = call
+        try:
+            value = await call.run()
+        except JobInterrupted as exc:
+            return interrupted(job, exc, definition.backoff)
+        except JobExit as exc:
+            return self._exiting(job, exc.exc, definition.backoff)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            return self._exiting(job, exc, definition.backoff)
+        except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
+            return failure(job, format_error(exc), definition.backoff)
+        return success(job, value, serializer)
 
-    def _failure(self, job: _Claimed, error: str, backoff: Backoff) -> _Outcome:
-        return _Outcome(
-            job,
-            "fail",
-            error=error[-MAX_ERROR_CHARS:],
-            delay=backoff.delay(job.attempt),
-            final=job.attempt >= job.max_attempts,
+    def _exiting(
+        self, job: Claimed, exc: SystemExit | KeyboardInterrupt, backoff: Backoff
+    ) -> Outcome:
+        """A job asked the process to exit: its attempt fails (retried while attempts are
+        left), the worker shuts down gracefully, and ``run()`` raises ``exc`` at its end."""
+        log.warning(
+            "job %s (%s) raised %r: failing its attempt and shutting the worker down",
+            job.id,
+            job.kind,
+            exc,
         )
-
-    def _interrupted(self, job: _Claimed, exc: JobInterrupted, backoff: Backoff) -> _Outcome:
-        if job.interrupt_kind == "cancel":
-            return _Outcome(job, "cancelled")
-        if job.interrupt_kind == "shutdown":
-            return _Outcome(job, "release")
-        if job.interrupt_kind == "lost":
-            return _Outcome(job, "release")  # fenced: the write-back matches nothing
-        return self._failure(job, f"JobTimeout: {exc.reason}", backoff)
-
-    async def _report(self, outcome: _Outcome) -> None:
-        outcome.job.reported = True
-        async with self._done_cond:
-            self._outcomes.append(outcome)
-            self._done_cond.notify()
-
-    # -- write-back -------------------------------------------------------------------------
-
-    async def _completer_loop(self) -> None:
-        while True:
-            async with self._done_cond:
-                while not self._outcomes:
-                    if self._closing:
-                        return
-                    await self._done_cond.wait_timeout(0.5)
-                batch, self._outcomes = self._outcomes, []
-            await self._write_outcomes(batch)
-            async with self._cond:
-                if self._limited:
-                    self._wake = True  # running counts fell: limited claims may go on
-                self._fetch_cond.notify()  # leases released: room under the held limit
-
-    async def _write_outcomes(self, batch: list[_Outcome]) -> None:
-        assert self._db is not None
-        by_kind: dict[OutcomeKind, list[_Outcome]] = {}
-        for outcome in batch:
-            by_kind.setdefault(outcome.kind, []).append(outcome)
-        for attempt in range(5):
-            try:
-                async with self._db.connection() as conn:
-                    if len(by_kind) == 1 and "release" not in by_kind:
-                        await self._write(conn, by_kind)  # one statement
-                    else:
-                        async with conn.transaction():
-                            await self._write(conn, by_kind)
-                break
-            except psycopg.OperationalError as exc:
-                log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
-                await asleep(0.2 * 2**attempt)
-        else:
-            log.error(
-                "dropping %d job outcomes: their leases expire and they run again", len(batch)
-            )
-        for outcome in batch:
-            self._held.pop(outcome.job.id, None)
-        self.processed += len(batch)
-
-    async def _write(
-        self, conn: psycopg.AsyncConnection[Any], by_kind: dict[OutcomeKind, list[_Outcome]]
-    ) -> None:
-        assert self._db is not None
-        fence = {"worker": self.name}
-        if "done" in by_kind:
-            done = by_kind["done"]
-            params: dict[str, Any] = {
-                **fence,
-                "ids": [o.job.id for o in done],
-                "attempts": [o.job.attempt for o in done],
-            }
-            if self._keep_finished > 0:
-                params["results"] = [o.result for o in done]
-                await conn.execute(self._db.q("complete_jobs_archived"), params)
-            else:
-                await conn.execute(self._db.q("complete_jobs_deleted"), params)
-        if "fail" in by_kind:
-            failed = by_kind["fail"]
-            await conn.execute(
-                self._db.q("fail_jobs"),
-                {
-                    **fence,
-                    "ids": [o.job.id for o in failed],
-                    "attempts": [o.job.attempt for o in failed],
-                    "errors": [o.error for o in failed],
-                    "delays": [o.delay for o in failed],
-                    "finals": [o.final for o in failed],
-                },
-            )
-        if "cancelled" in by_kind:
-            cancelled = by_kind["cancelled"]
-            await conn.execute(
-                self._db.q("finish_cancelled_jobs"),
-                {
-                    **fence,
-                    "ids": [o.job.id for o in cancelled],
-                    "attempts": [o.job.attempt for o in cancelled],
-                },
-            )
-        if "release" in by_kind:
-            released = by_kind["release"]
-            await conn.execute(
-                self._db.q("release_jobs"),
-                {
-                    **fence,
-                    "ids": [o.job.id for o in released],
-                    "attempts": [o.job.attempt for o in released],
-                    "started": [o.job.started for o in released],
-                    "reason": f"interrupted: worker {self.name} shut down",
-                },
-            )
-            payloads = sorted({notify_payload(self._db.schema, o.job.queue) for o in released})
-            await conn.execute(self._db.q("notify_queues"), {"payloads": payloads})
-
-    # -- leases -----------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        assert self._db is not None
-        while not self._closed:
-            await self._heartbeat_now.wait_timeout(self._heartbeat)
-            self._heartbeat_now.clear()
-            held = [j for j in list(self._held.values()) if not j.reported]
-            if not held or self._closed:
-                continue
-            try:
-                async with self._db.connection() as conn:
-                    cur = await conn.execute(
-                        self._db.q("heartbeat_jobs"),
-                        {
-                            "worker": self.name,
-                            "ids": [j.id for j in held],
-                            "attempts": [j.attempt for j in held],
-                            "lease": timedelta(seconds=self._lease),
-                        },
-                    )
-                    alive = dict(await cur.fetchall())
-            except psycopg.Error as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            for job in held:
-                if job.reported:
-                    continue
-                if job.id not in alive:
-                    log.warning("lost the lease of job %s (attempt %s)", job.id, job.attempt)
-                    job.interrupt_kind = "lost"
-                    self._held.pop(job.id, None)
-                    if job.call is not None:
-                        job.call.interrupt(JobInterrupted("the worker lost the job's lease"))
-                elif alive[job.id] and job.interrupt_kind is None:
-                    job.interrupt_kind = "cancel"
-                    if job.call is not None:
-                        job.call.interrupt(JobInterrupted("cancelled"))
-
-    async def _maintenance_loop(self) -> None:
-        assert self._db is not None
-        next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
-        while not self._closed:
-            await self._loops_stop.wait_timeout(
-                self._rescue_interval * (0.8 + 0.4 * random.random())
-            )
-            if self._closed:
-                return
-            try:
-                await self._rescue()
-                if self._keep_finished > 0 and time.monotonic() >= next_purge:
-                    next_purge = time.monotonic() + PURGE_INTERVAL
-                    await self._jobs.purge("done", self._keep_finished)
-                    await self._jobs.purge("cancelled", self._keep_finished)
-            except psycopg.Error as exc:
-                log.warning("queue maintenance failed: %s", exc)
-
-    async def _vacuum_loop(self) -> None:
-        """Vacuum the queue tables when their dead rows pile up, whatever autovacuum does.
-
-        A queue table churns faster than autovacuum's defaults expect, and autovacuum may be
-        off, or busy elsewhere, or waking once a minute per database. One worker at a time (an
-        advisory lock elects it) vacuums a table once its dead rows exceed 10,000 and a fifth
-        of its live rows; VACUUM takes a lock that lets claims and writes go on."""
-        assert self._db is not None and self._vacuum_interval is not None
-        try:
-            async with self._db.connection() as conn:
-                cur = await conn.execute(self._db.q("may_vacuum_jobs"))
-                row = await cur.fetchone()
-        except psycopg.Error as exc:
-            log.warning("cannot check who may vacuum the queue tables: %s", exc)
-            return
-        if not (row and row[0]):
-            log.info("this role does not own the queue tables: vacuum is left to autovacuum")
-            return
-        while not self._closed and not self._vacuum_denied:
-            await self._loops_stop.wait_timeout(
-                self._vacuum_interval * (0.8 + 0.4 * random.random())
-            )
-            if self._closed:
-                return
-            try:
-                await self._vacuum_if_needed()
-            except psycopg.errors.InsufficientPrivilege as exc:
-                log.warning("cannot vacuum the queue tables (%s); leaving it to autovacuum", exc)
-                self._vacuum_denied = True
-            except psycopg.Error as exc:
-                log.warning("vacuuming the queue tables failed: %s", exc)
-
-    async def _vacuum_if_needed(self) -> None:
-        assert self._db is not None
-        async with self._db.connection() as conn:
-            cur = await conn.execute(self._db.q("queue_dead_tuples"))
-            wanted = [
-                name
-                for name, dead, live in await cur.fetchall()
-                if dead > VACUUM_MIN_DEAD and dead > live / 5
-            ]
-            if not wanted:
-                return
-            lock = {"schema": self._db.schema}
-            cur = await conn.execute(self._db.q("try_vacuum_lock"), lock)
-            row = await cur.fetchone()
-            if not (row and row[0]):
-                return  # another worker is vacuuming
-            try:
-                for name in wanted:
-                    query = "vacuum_jobs" if name == "jobs" else "vacuum_finished_jobs"
-                    await conn.execute(self._db.q(query), prepare=False)
-            finally:
-                await conn.execute(self._db.q("vacuum_unlock"), lock)
-
-    async def _rescue(self) -> int:
-        assert self._db is not None
-        total = 0
-        while True:
-            async with self._db.connection() as conn:
-                cur = await conn.execute(self._db.q("rescue_expired_jobs"), {"batch": RESCUE_BATCH})
-                row = await cur.fetchone()
-            count = int(row[0]) if row else 0
-            total += count
-            if count < RESCUE_BATCH:
-                break
-        if total:
-            log.info("returned %d jobs whose lease expired", total)
-            async with self._cond:
-                self._wake = True
-                self._fetch_cond.notify()
-        return total
-
-    # -- wake-ups and schedules -------------------------------------------------------------
-
-    async def _listen_loop(self) -> None:
-        assert self._db is not None
-        while not self._closed:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self._db.conninfo, autocommit=True)
-            except psycopg.Error as exc:
-                log.warning("LISTEN connection failed, polling meanwhile: %s", exc)
-                await self._loops_stop.wait_timeout(self._poll_interval)
-                continue
-            try:
-                await conn.execute(self._db.q("listen_jobs"))
-                async with self._cond:  # jobs may have arrived while not listening
-                    self._wake = True
-                    self._fetch_cond.notify()
-                while not self._closed:
-                    async for notify in conn.notifies(timeout=0.1):
-                        if notify.payload == self._cancel_payload:
-                            self._heartbeat_now.set()
-                        elif notify.payload in self._payloads:
-                            async with self._cond:
-                                self._wake = True
-                                self._fetch_cond.notify()
-            except psycopg.Error as exc:
-                log.warning("LISTEN connection lost, reconnecting: %s", exc)
-            finally:
-                await conn.close()
-
-    async def _register(self) -> None:
-        """Store the registered limits and periodic schedules."""
-        for definition in self._jobs.definitions.values():
-            if definition.max_concurrency is not None or definition.rate_limit is not None:
-                await self._jobs.set_limit(
-                    "kind", definition.kind, definition.max_concurrency, definition.rate_limit, None
-                )
-        if not self._jobs.schedules:
-            return
-        assert self._db is not None
-        async with self._db.connection() as conn, conn.transaction():
-            cur = await conn.execute(self._db.q("db_clock"))
-            row = await cur.fetchone()
-            assert row is not None
-            now = row[0]
-            for schedule in self._jobs.schedules.values():
-                await conn.execute(
-                    self._db.q("upsert_schedule"),
-                    {
-                        "name": schedule.name,
-                        "cron": schedule.cron.expression,
-                        "kind": schedule.kind,
-                        "queue": schedule.queue,
-                        "args": schedule.args_json,
-                        "priority": schedule.priority,
-                        "max_attempts": schedule.max_attempts,
-                        "next_run_at": schedule.cron.next_after(now),
-                    },
-                )
-
-    async def _schedule_loop(self) -> None:
-        assert self._db is not None
-        names = sorted(self._jobs.schedules)
-        while not self._closed:
-            wait = 1.0
-            try:
-                async with self._db.connection() as conn:
-                    async with conn.transaction():
-                        await self._enqueue_due_ticks(conn, names)
-                    cur = await conn.execute(self._db.q("next_schedule_at"), {"names": names})
-                    row = await cur.fetchone()
-                if row is not None and row[0] is not None:
-                    wait = min(wait, max(row[0].total_seconds(), 0.0))
-            except psycopg.Error as exc:
-                log.warning("enqueueing periodic jobs failed: %s", exc)
-            await self._loops_stop.wait_timeout(wait + 0.002)
-
-    async def _enqueue_due_ticks(
-        self, conn: psycopg.AsyncConnection[Any], names: list[str]
-    ) -> None:
-        """Enqueue each due tick once: the schedule row is locked (SKIP LOCKED, so other
-        workers pass over it) and moved to its next tick in the same transaction as the job
-        insert. Ticks missed while no worker ran are enqueued once, not once per tick."""
-        assert self._db is not None
-        cur = await conn.execute(self._db.q("due_schedules"), {"names": names})
-        for (
-            name,
-            _cron,
-            kind,
-            queue,
-            _args,
-            priority,
-            max_attempts,
-            tick,
-            now,
-        ) in await cur.fetchall():
-            schedule = self._jobs.schedules[name]
-            await conn.execute(
-                self._db.q("enqueue_unique_jobs"),
-                {
-                    "queues": [queue],
-                    "kinds": [kind],
-                    "args": [schedule.args_json],
-                    "priorities": [priority],
-                    "run_ats": [tick],
-                    "delays": [None],
-                    "max_attempts": [max_attempts],
-                    "unique_keys": [f"cron:{name}:{tick.isoformat()}"],
-                },
-            )
-            await conn.execute(
-                self._db.q("advance_schedule"),
-                {"name": name, "next_run_at": schedule.cron.next_after(now), "last_run_at": tick},
-            )
-            await conn.execute(
-                self._db.q("notify_queues"), {"payloads": [notify_payload(self._db.schema, queue)]}
-            )
-
-
-def _format_error(exc: BaseException) -> str:
-    """The exception with its traceback, starting at the job's own frames."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb)).strip()
+        if self._exit is None:
+            self._exit = exc
+        self.stop()
+        return failure(
+            job,
+            f"{type(exc).__name__} raised by the job: the attempt failed and worker "
+            f"{self.name} shut down\n{format_error(exc)}",
+            backoff,
+        )

@@ -1,0 +1,35 @@
+"""Input checks shared by the engines: sans-IO, each raising one clear ``postroom.errors`` error."""
+
+from __future__ import annotations
+
+from .errors import InvalidArgument
+
+
+def check_int(what: str, value: object, low: int, high: int | None = None, hint: str = "") -> int:
+    """``value`` if it is an int (not a bool) in ``[low, high]``; else :class:`InvalidArgument`
+    naming ``what``, the value and the allowed range (``hint`` adds why, e.g. "lower runs first").
+
+        check_int("priority", 5, -32768, 32767)   # -> 5
+    """
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+        raise InvalidArgument(f"invalid {what} {value!r}: {allowed}{f' ({hint})' if hint else ''}")
+    return value
+
+
+def check_text(what: str, value: str) -> str:
+    """``value`` if PostgreSQL can store it as text: no NUL character, no lone surrogate."""
+    if "\x00" in value:
+        raise InvalidArgument(f"invalid {what} {value!r}: contains a NUL character (\\x00)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(
+            f"invalid {what} {value!r}: contains a lone surrogate (not valid Unicode text)"
+        ) from None
+    return value

@@ -1,0 +1,76 @@
+# Generated from src/postroom/_schema_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The schema: migrations (install, upgrade, what is pending) and least-privilege grants."""
+
+from __future__ import annotations
+
+from psycopg import errors as pg_errors
+
+from . import _sql
+from ._db import Database
+from .errors import InvalidArgument, InvalidName, RoleNotFound
+
+GRANTS: dict[str, tuple[str, ...]] = {
+    "producer": ("grant_producer",),
+    "consumer": ("grant_consumer",),
+    "admin": ("grant_admin",),
+    "enqueuer": ("grant_enqueuer",),
+    "worker": ("grant_worker",),
+}
+"""The named grant statements (``_sql/grants.sql``) each capability needs."""
+
+
+class Schema:
+    """Migrations and grants of one postroom schema."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def pending_migrations(self) -> list[str]:
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("schema_exists"), {"schema": self._db.schema})
+            row = cur.fetchone()
+            applied: set[int] = set()
+            if row is not None and row[0]:
+                cur = conn.execute(self._db.q("applied_migrations"))
+                applied = {r[0] for r in cur.fetchall()}
+        return [f"{m.version:04d}_{m.name}" for m in _sql.migrations() if m.version not in applied]
+
+    def migrate(self) -> list[str]:
+        done = []
+        with self._db.connection() as conn:
+            conn.execute(self._db.q("lock_migrations"), {"schema": self._db.schema})
+            conn.execute(self._db.q("create_schema"))
+            cur = conn.execute(self._db.q("applied_migrations"))
+            applied = {r[0] for r in cur.fetchall()}
+            for migration in _sql.migrations():
+                if migration.version in applied:
+                    continue
+                conn.execute(_sql.render(migration.statement, self._db.schema))
+                conn.execute(
+                    self._db.q("record_migration"),
+                    {"version": migration.version, "name": migration.name},
+                )
+                done.append(f"{migration.version:04d}_{migration.name}")
+        return done
+
+    def grant(self, role: str, capabilities: tuple[str, ...]) -> None:
+        if not isinstance(role, str) or not role or len(role) > 63 or "\x00" in role:
+            raise InvalidName(f"invalid role name {role!r}: 1-63 characters, no NUL")
+        unknown = set(capabilities) - set(GRANTS)
+        if unknown or not capabilities:
+            raise InvalidArgument(
+                f"invalid capabilities {sorted(unknown) or list(capabilities)}: "
+                f"use one or more of {sorted(GRANTS)}"
+            )
+        try:
+            with self._db.connection() as conn:
+                for capability in capabilities:
+                    for statement in GRANTS[capability]:
+                        conn.execute(self._db.q_for_role(statement, role))
+        except pg_errors.UndefinedObject as exc:
+            # "role ... does not exist" is the only undefined object a grant names by input.
+            raise RoleNotFound(
+                f"role {role!r} does not exist: create it first (CREATE ROLE ... LOGIN), then "
+                "grant it capabilities"
+            ) from exc

@@ -1,0 +1,1 @@
+"""The job queue engine: jobs, workers, schedules, limits."""

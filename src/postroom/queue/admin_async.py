@@ -1,0 +1,198 @@
+"""Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, and
+pausing queues. A base of ``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from .._checks import check_int
+from .._db_async import AsyncDatabase
+from ..errors import InvalidArgument, JobNotFound, UniqueKeyTaken
+from .records import (
+    JobInfo,
+    JobStats,
+    QueueCount,
+    check_kind,
+    check_queue,
+    check_seconds,
+    check_state,
+)
+
+
+class AsyncJobAdmin:
+    """The administration half of the queue operations on one postroom schema."""
+
+    db: AsyncDatabase
+
+    async def get(self, job_id: int) -> JobInfo:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("get_job"), {"id": _check_id(job_id)})
+            row = await cur.fetchone()
+            if row is None:
+                raise JobNotFound(f"job {job_id} not found (never enqueued, not kept, or purged)")
+            cur = await conn.execute(self.db.q("job_parents"), {"id": job_id})
+            parents = tuple(parent for (parent,) in await cur.fetchall())
+        return dataclasses.replace(JobInfo(*row), waiting_for=parents)
+
+    async def list_jobs(
+        self,
+        state: str | None = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[JobInfo]:
+        params = {
+            "state": None if state is None else check_state(state),
+            "kind": None if kind is None else check_kind(kind),
+            "queue": None if queue is None else check_queue(queue),
+            "limit": _check_limit(limit),
+        }
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("list_jobs"), params)
+            return [JobInfo(*row) for row in await cur.fetchall()]
+
+    async def retry(self, job_id: int) -> None:
+        _check_id(job_id)
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("job_state"), {"id": job_id})
+            row = await cur.fetchone()
+            if row is None:
+                raise JobNotFound(f"job {job_id} is not a live job (finished, purged or unknown)")
+            state, key_taken = row
+            if state != "failed":
+                raise InvalidArgument(f"job {job_id} is {state}: only failed jobs are retried")
+            if key_taken:
+                raise UniqueKeyTaken(
+                    f"job {job_id} stays failed: another ready or running job holds its unique key"
+                )
+            await conn.execute(
+                self.db.q("retry_failed_jobs"), {"id": job_id, "kind": None, "queue": None}
+            )
+
+    async def retry_failed(self, kind: str | None = None, queue: str | None = None) -> int:
+        params = {
+            "id": None,
+            "kind": None if kind is None else check_kind(kind),
+            "queue": None if queue is None else check_queue(queue),
+        }
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("retry_failed_jobs"), params)
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def cancel(self, job_id: int) -> str:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("cancel_job"), {"id": _check_id(job_id)})
+            row = await cur.fetchone()
+        if row is None or row[0] is None:
+            raise JobNotFound(f"job {job_id} is not a live job: it finished, or never existed")
+        return str(row[0])
+
+    async def purge(
+        self,
+        state: str,
+        older_than: float | timedelta,
+        kind: str | None = None,
+        batch: int = 10000,
+    ) -> int:
+        """Delete finished (done/cancelled) or failed jobs older than ``older_than``, in
+        batches of ``batch`` rows, each its own transaction (short locks, bounded WAL)."""
+        if state not in ("done", "cancelled", "failed"):
+            raise InvalidArgument(
+                f"invalid state {state!r} to purge: done, cancelled or failed (live jobs are "
+                "cancelled, not purged)"
+            )
+        seconds = check_seconds("older_than", older_than)
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("db_clock"))
+            row = await cur.fetchone()
+        assert row is not None
+        params = {
+            "cutoff": row[0] - timedelta(seconds=seconds),
+            "state": state,
+            "kind": None if kind is None else check_kind(kind),
+            "batch": _check_limit(batch),
+        }
+        query = self.db.q("purge_failed" if state == "failed" else "purge_finished")
+        total = 0
+        while True:
+            async with self.db.connection() as conn:
+                cur = await conn.execute(query, params)
+                total += cur.rowcount
+            if cur.rowcount < batch:
+                return total
+
+    async def stats(self, window: float = 60.0) -> JobStats:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("job_counts"))
+            counts = tuple(
+                QueueCount(q, s, n, None if age is None else float(age))
+                for q, s, n, age in await cur.fetchall()
+            )
+            cur = await conn.execute(self.db.q("job_throughput"), {"seconds": window})
+            done = {q: n / window for q, n in await cur.fetchall()}
+            cur = await conn.execute(self.db.q("paused_queues"))
+            paused = tuple(q for q, _ in await cur.fetchall())
+        return JobStats(counts, done, paused)
+
+    async def pause(self, queue: str) -> bool:
+        """Pause ``queue``; False if it was paused already (see ``Client.pause_queue``)."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("pause_queue"), {"queue": check_queue(queue)})
+            row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def resume(self, queue: str) -> bool:
+        """Resume ``queue``; False if it was not paused."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("resume_queue"), {"queue": check_queue(queue)})
+            row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def set_limit(
+        self,
+        scope: str,
+        name: str,
+        max_concurrency: int | None,
+        rate_limit: float | None,
+        burst: float | None,
+    ) -> None:
+        check_kind(name) if scope == "kind" else check_queue(name)
+        if max_concurrency is not None:
+            check_int("max_concurrency", max_concurrency, 1)
+        if rate_limit is not None:
+            rate_limit = check_seconds("rate_limit", rate_limit, allow_zero=False)
+        if burst is not None:
+            burst = check_seconds("burst", burst)
+            if burst < 1:
+                raise InvalidArgument(f"invalid burst {burst!r}: at least 1 job")
+        elif rate_limit is not None:
+            burst = max(1.0, rate_limit)
+        async with self.db.connection() as conn:
+            if max_concurrency is None and rate_limit is None:
+                await conn.execute(self.db.q("delete_limit"), {"scope": scope, "name": name})
+                return
+            await conn.execute(
+                self.db.q("set_limit"),
+                {
+                    "scope": scope,
+                    "name": name,
+                    "max_running": max_concurrency,
+                    "rate": rate_limit,
+                    "burst": burst,
+                },
+            )
+
+    async def limits(self) -> list[tuple[str, str, int | None, float | None, float | None]]:
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.db.q("list_limits"))
+            return [tuple(row) for row in await cur.fetchall()]
+
+
+def _check_id(job_id: object) -> int:
+    return check_int("job id", job_id, 1)
+
+
+def _check_limit(limit: object) -> int:
+    return check_int("limit", limit, 1, 1_000_000)

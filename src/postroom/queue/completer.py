@@ -1,0 +1,187 @@
+# Generated from src/postroom/queue/completer_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The completer: writes job outcomes back in batches.
+
+Slots hand over outcomes with ``report()``; the completer writes whatever finished while its
+last write ran in one statement per outcome kind, then releases those jobs from the held set.
+It is the one owner of the pending outcomes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from .._acompat import Condition, sleep
+from .._db import Database
+from .fetcher import Fetcher
+from .outcomes import HeldJobs, Outcome, OutcomeKind, unstorable
+from .records import notify_payload
+
+log = logging.getLogger("postroom.worker")
+
+WRITE_ATTEMPTS = 5
+# What the database (or the driver, before sending) refuses in an outcome, as opposed to a lost
+# connection (OperationalError, retried): a data or constraint error, text it cannot encode.
+_REFUSED = (
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    psycopg.ProgrammingError,
+    psycopg.InternalError,
+    UnicodeError,
+    ValueError,
+)
+
+
+class Completer:
+    """Batches outcomes and writes them back, fenced by the worker name and attempt (a job
+    whose lease this worker lost is not overwritten). ``keep_finished`` > 0 archives done
+    jobs with their results; 0 deletes them."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        worker: str,
+        keep_finished: float,
+        held: HeldJobs,
+        fetcher: Fetcher,
+        limited: bool,
+    ) -> None:
+        self._db = db
+        self._worker = worker
+        self._keep_finished = keep_finished
+        self._held = held
+        self._fetcher = fetcher
+        self._limited = limited
+        self._cond = Condition()
+        self._outcomes: list[Outcome] = []
+        self._closing = False
+        self.processed = 0
+        """Jobs whose outcome was written (any outcome)."""
+
+    def report(self, outcome: Outcome) -> None:
+        """Queue an outcome for the next write."""
+        outcome.job.reported = True
+        with self._cond:
+            self._outcomes.append(outcome)
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Write what is pending, then let ``run()`` return."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._outcomes:
+                    if self._closing:
+                        return
+                    self._cond.wait_timeout(0.5)
+                batch, self._outcomes = self._outcomes, []
+            self.write(batch)
+            if self._limited:
+                self._fetcher.wake()  # running counts fell: limited claims may go on
+            else:
+                self._fetcher.room_freed()  # leases released: room under the limit
+
+    def write(self, batch: list[Outcome]) -> None:
+        """Write ``batch``, retrying connection errors; then forget those jobs.
+
+        An outcome the database refuses (text it cannot store, a value a driver cannot send)
+        must not take the batch or this loop with it: the batch is written again one outcome
+        at a time, and a refused outcome is replaced by a failure naming the reason. Only an
+        error that even that cannot get past escapes, and stops the worker."""
+        try:
+            self._write_batch(batch)
+        except _REFUSED as exc:
+            log.error(
+                "the database refused a batch of %d job outcomes (%s); writing them one by one",
+                len(batch),
+                exc,
+            )
+            for outcome in batch:
+                try:
+                    self._write_batch([outcome])
+                except _REFUSED as refused:
+                    log.error("job %s: its outcome was refused: %s", outcome.job.id, refused)
+                    self._write_batch([unstorable(outcome, refused)])
+        for outcome in batch:
+            self._held.discard(outcome.job)
+        self.processed += len(batch)
+
+    def _write_batch(self, batch: list[Outcome]) -> None:
+        by_kind: dict[OutcomeKind, list[Outcome]] = {}
+        for outcome in batch:
+            by_kind.setdefault(outcome.kind, []).append(outcome)
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                with self._db.connection() as conn:
+                    if len(by_kind) == 1 and "release" not in by_kind:
+                        self._write(conn, by_kind)  # one statement
+                    else:
+                        with conn.transaction():
+                            self._write(conn, by_kind)
+                return
+            except psycopg.OperationalError as exc:
+                log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
+                sleep(0.2 * 2**attempt)
+        log.error("dropping %d job outcomes: their leases expire and they run again", len(batch))
+
+    def _write(
+        self, conn: psycopg.Connection[Any], by_kind: dict[OutcomeKind, list[Outcome]]
+    ) -> None:
+        fence = {"worker": self._worker}
+        if "done" in by_kind:
+            done = by_kind["done"]
+            params: dict[str, Any] = {
+                **fence,
+                "ids": [o.job.id for o in done],
+                "attempts": [o.job.attempt for o in done],
+            }
+            if self._keep_finished > 0:
+                params["results"] = [o.result for o in done]
+                conn.execute(self._db.q("complete_jobs_archived"), params)
+            else:
+                conn.execute(self._db.q("complete_jobs_deleted"), params)
+        if "fail" in by_kind:
+            failed = by_kind["fail"]
+            conn.execute(
+                self._db.q("fail_jobs"),
+                {
+                    **fence,
+                    "ids": [o.job.id for o in failed],
+                    "attempts": [o.job.attempt for o in failed],
+                    "errors": [o.error for o in failed],
+                    "delays": [o.delay for o in failed],
+                    "finals": [o.final for o in failed],
+                },
+            )
+        if "cancelled" in by_kind:
+            cancelled = by_kind["cancelled"]
+            conn.execute(
+                self._db.q("finish_cancelled_jobs"),
+                {
+                    **fence,
+                    "ids": [o.job.id for o in cancelled],
+                    "attempts": [o.job.attempt for o in cancelled],
+                },
+            )
+        if "release" in by_kind:
+            released = by_kind["release"]
+            conn.execute(
+                self._db.q("release_jobs"),
+                {
+                    **fence,
+                    "ids": [o.job.id for o in released],
+                    "attempts": [o.job.attempt for o in released],
+                    "started": [o.job.started for o in released],
+                    "reason": f"interrupted: worker {self._worker} shut down",
+                },
+            )
+            payloads = sorted({notify_payload(self._db.schema, o.job.queue) for o in released})
+            conn.execute(self._db.q("notify_queues"), {"payloads": payloads})

@@ -1,0 +1,169 @@
+"""The fetcher: claims batches of jobs into a local buffer that the worker's slots run from.
+
+It is the one owner of the buffer and of the decision when to claim. Slots take jobs with
+``next_job()``; the listener, the rescuer and the completer call ``wake()`` or ``room_freed()``
+when claiming may find something new. A claim is one statement (``claim_jobs``, FOR UPDATE
+SKIP LOCKED) committed before any job of the batch starts: no transaction is open while a job
+runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import timedelta
+
+import psycopg
+
+from .._acompat import ACondition, ALock
+from .._db_async import AsyncDatabase
+from .outcomes import Claimed, HeldJobs
+
+log = logging.getLogger("postroom.worker")
+
+
+class AsyncFetcher:
+    """Claims while slots run: the next claim overlaps the work on the current batch.
+
+    ``prefetch`` jobs are claimed ahead of idle slots; a claim happens when the buffer is at or
+    below half of ``prefetch`` (empty without prefetch) and a slot is idle or there is room
+    ahead; on a wake-up (notification, a full batch last time) at once, otherwise every
+    ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
+    nothing and no slot is busy."""
+
+    def __init__(
+        self,
+        db: AsyncDatabase,
+        *,
+        worker: str,
+        queues: list[str],
+        lease: float,
+        concurrency: int,
+        prefetch: int,
+        poll_interval: float,
+        held: HeldJobs,
+        on_drained: Callable[[], None] | None = None,
+    ) -> None:
+        self._db = db
+        self._worker = worker
+        self._queues = queues
+        self._lease = timedelta(seconds=lease)
+        self._concurrency = concurrency
+        self._prefetch = prefetch
+        self._poll_interval = poll_interval
+        self._held = held
+        self._on_drained = on_drained
+        # One lock: slots wait on _cond for claimed jobs, the fetch loop waits on _fetch_cond
+        # for room in the buffer or a wake-up.
+        lock = ALock()
+        self._cond = ACondition(lock)
+        self._fetch_cond = ACondition(lock)
+        self._buffer: deque[Claimed] = deque()
+        self._idle = 0
+        self._wake = True
+        self._next_poll = 0.0
+        self._claiming = True
+
+    async def wake(self) -> None:
+        """Claim at once: jobs may have arrived or come back."""
+        async with self._cond:
+            self._wake = True
+            self._fetch_cond.notify()
+
+    async def room_freed(self) -> None:
+        """Leases were released: there may be room under the held limit again."""
+        async with self._cond:
+            self._fetch_cond.notify()
+
+    async def stop(self) -> list[Claimed]:
+        """Stop claiming; wake every waiting slot (they get None) and return the claimed jobs
+        that no slot took, for the caller to release."""
+        async with self._cond:
+            self._claiming = False
+            unstarted = list(self._buffer)
+            self._buffer.clear()
+            self._cond.notify_all()
+            self._fetch_cond.notify()
+        return unstarted
+
+    async def next_job(self) -> Claimed | None:
+        """The next claimed job for a slot; None once the worker stops claiming."""
+        async with self._cond:
+            self._idle += 1
+            if not self._buffer:
+                self._fetch_cond.notify()  # a slot waits: claim for it
+            try:
+                while self._claiming:
+                    while self._buffer:
+                        job = self._buffer.popleft()
+                        if len(self._buffer) == self._prefetch // 2:
+                            self._fetch_cond.notify()  # low water: claim the next batch now
+                        if job.interrupt_kind != "lost":
+                            return job
+                    await self._cond.wait_timeout(self._poll_interval)
+                return None
+            finally:
+                self._idle -= 1
+
+    async def run(self) -> None:
+        """The fetch loop; returns once ``stop()`` was called."""
+        while True:
+            async with self._cond:
+                while True:
+                    if not self._claiming:
+                        return
+                    room = self._idle + self._prefetch - len(self._buffer)
+                    # Back-pressure: finished jobs still hold their lease until written back;
+                    # if the write-back falls behind, stop claiming rather than pile up leases.
+                    room = min(room, self._held.limit - len(self._held))
+                    wanted = room > 0 and len(self._buffer) <= self._prefetch // 2
+                    due = self._wake or time.monotonic() >= self._next_poll
+                    if wanted and due:
+                        break
+                    wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
+                    await self._fetch_cond.wait_timeout(max(wait, 0.001))
+                self._wake = False
+            claimed = await self._claim(room)
+            async with self._cond:
+                self._buffer.extend(claimed)
+                if len(claimed) >= room:
+                    self._wake = True  # probably more due: claim again when there is room
+                else:
+                    self._next_poll = time.monotonic() + self._poll_interval * (
+                        0.8 + 0.4 * random.random()
+                    )
+                    if (
+                        self._on_drained is not None
+                        and not claimed
+                        and not self._buffer
+                        and self._idle == self._concurrency  # no slot is running a job
+                    ):
+                        self._on_drained()
+                if len(claimed) > 1:
+                    self._cond.notify_all()
+                elif claimed:
+                    self._cond.notify()
+
+    async def _claim(self, want: int) -> list[Claimed]:
+        try:
+            async with self._db.connection() as conn:
+                cur = await conn.execute(
+                    self._db.q("claim_jobs"),
+                    {
+                        "queues": self._queues,
+                        "limit": want,
+                        "worker": self._worker,
+                        "lease": self._lease,
+                    },
+                )
+                rows = await cur.fetchall()
+        except psycopg.Error as exc:
+            log.warning("claim failed, retrying in %.1f s: %s", self._poll_interval, exc)
+            return []
+        jobs = [Claimed(*row) for row in rows]
+        for job in jobs:
+            self._held.add(job)
+        return jobs

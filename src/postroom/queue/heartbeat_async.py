@@ -1,0 +1,82 @@
+"""The heartbeat: extends the leases of the jobs a worker holds and learns about cancellations.
+
+Every ``interval`` seconds (or at once after ``beat_now()``, e.g. on a cancel notification) it
+extends, in one statement, the lease of every held job: claimed, running, and finished but not
+yet written back (a slow write-back must not let the rescuer hand a finished job to another
+worker). A running job whose lease is gone was taken from this worker (it is interrupted and
+forgotten), and a running job whose cancellation was requested is interrupted as cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import psycopg
+
+from .._acompat import AEvent
+from .._db_async import AsyncDatabase
+from ..errors import JobInterrupted
+from .outcomes import HeldJobs
+
+log = logging.getLogger("postroom.worker")
+
+
+class AsyncHeartbeat:
+    def __init__(
+        self,
+        db: AsyncDatabase,
+        *,
+        worker: str,
+        lease: float,
+        interval: float,
+        held: HeldJobs,
+        stopping: AEvent,
+    ) -> None:
+        self._db = db
+        self._worker = worker
+        self._lease = timedelta(seconds=lease)
+        self._interval = interval
+        self._held = held
+        self._stopping = stopping
+        self._now = AEvent()
+
+    def beat_now(self) -> None:
+        """Beat at once (a cancellation may be waiting), or wake up to stop."""
+        self._now.set()
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            await self._now.wait_timeout(self._interval)
+            self._now.clear()
+            held = self._held.snapshot()
+            if not held or self._stopping.is_set():
+                continue
+            try:
+                async with self._db.connection() as conn:
+                    cur = await conn.execute(
+                        self._db.q("heartbeat_jobs"),
+                        {
+                            "worker": self._worker,
+                            "ids": [j.id for j in held],
+                            "attempts": [j.attempt for j in held],
+                            "lease": self._lease,
+                        },
+                    )
+                    alive = dict(await cur.fetchall())
+            except psycopg.Error as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            for job in held:
+                if job.reported:
+                    continue  # its outcome is written as it is (fenced if the lease was lost)
+                if job.id not in alive:
+                    log.warning("lost the lease of job %s (attempt %s)", job.id, job.attempt)
+                    job.interrupt_kind = "lost"
+                    self._held.discard(job)
+                    if job.call is not None:
+                        job.call.interrupt(JobInterrupted("the worker lost the job's lease"))
+                elif alive[job.id] and job.interrupt_kind is None:
+                    job.interrupt_kind = "cancel"
+                    if job.call is not None:
+                        job.call.interrupt(JobInterrupted("cancelled"))

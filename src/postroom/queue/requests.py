@@ -1,0 +1,175 @@
+"""What ``enqueue`` takes: the options type, the checked options, and the prepared request.
+
+Shared by both twins (``jobs_async`` and its generated ``jobs``), so a request prepared on a
+sync client is a request to an async one too. Sans-IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .._checks import check_int, check_text
+from ..errors import InvalidArgument, InvalidType
+from .options import ENQUEUE_OPTION_NAMES, PARENT_FAILURE_POLICIES, EnqueueOptions, ParentFailure
+from .records import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    MAX_ATTEMPTS_LIMIT,
+    JobDefinition,
+    check_queue,
+    check_run_at,
+    check_unique_key,
+)
+from .serializer import DEFAULT_SERIALIZER, Serializer
+
+
+def split_options(kwargs: dict[str, Any]) -> tuple[dict[str, Any], EnqueueOptions]:
+    """A call's keyword arguments split into job arguments and enqueue options."""
+    if not ENQUEUE_OPTION_NAMES.intersection(kwargs):
+        return kwargs, {}
+    options: dict[str, Any] = {}
+    for name in ENQUEUE_OPTION_NAMES.intersection(kwargs):
+        options[name] = kwargs.pop(name)
+    return kwargs, options  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Enqueue options of one job, checked."""
+
+    queue: str
+    priority: int
+    run_at: datetime | None
+    delay: float | None
+    max_attempts: int
+    unique_key: str | None
+    after: tuple[int, ...] = ()
+    sequence: str | None = None
+    on_parent_failure: ParentFailure = "hold"
+
+    @property
+    def is_workflow(self) -> bool:
+        return bool(self.after) or self.sequence is not None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job to enqueue, checked and encoded: ``func.prepare(...)`` makes one, and any
+    client (sync or async) takes it in ``enqueue_batch``."""
+
+    kind: str
+    args_json: str
+    options: JobOptions
+
+
+def job_options(defaults: JobDefinition | None, options: Mapping[str, Any]) -> JobOptions:
+    """Check ``options`` (an :class:`EnqueueOptions`) against the kind's ``defaults``."""
+    unknown = set(options) - ENQUEUE_OPTION_NAMES
+    if unknown:
+        raise InvalidArgument(
+            f"unknown enqueue options {sorted(unknown)}: use "
+            f"{', '.join(sorted(ENQUEUE_OPTION_NAMES))}"
+        )
+    queue = options.get("queue")
+    priority = options.get("priority")
+    max_attempts = options.get("max_attempts")
+    at, seconds = check_run_at(options.get("run_at"), options.get("delay"))
+    policy: ParentFailure = options.get("on_parent_failure") or "hold"
+    if policy not in PARENT_FAILURE_POLICIES:
+        raise InvalidArgument(f"invalid on_parent_failure {policy!r}: 'hold' or 'cancel'")
+    sequence = options.get("sequence")
+    if sequence is not None:
+        sequence = check_unique_key(sequence, "sequence")
+    return JobOptions(
+        queue=check_queue(
+            queue if queue is not None else (defaults.queue if defaults else DEFAULT_QUEUE)
+        ),
+        priority=check_int(
+            "priority",
+            priority if priority is not None else (defaults.priority if defaults else 0),
+            -32768,
+            32767,
+            "lower runs first",
+        ),
+        run_at=at,
+        delay=seconds,
+        max_attempts=check_int(
+            "max_attempts",
+            max_attempts
+            if max_attempts is not None
+            else (defaults.max_attempts if defaults else DEFAULT_MAX_ATTEMPTS),
+            1,
+            MAX_ATTEMPTS_LIMIT,
+        ),
+        unique_key=check_unique_key(options.get("unique_key")),
+        after=_parent_ids(options.get("after")),
+        sequence=sequence,
+        on_parent_failure=policy,
+    )
+
+
+def _parent_ids(after: object) -> tuple[int, ...]:
+    if after is None:
+        return ()
+    if isinstance(after, str | bytes | Mapping) or not isinstance(after, Iterable):
+        raise InvalidArgument(f"invalid after {after!r}: pass a list of jobs or job ids")
+    ids = []
+    for parent in after:
+        job_id = getattr(parent, "id", parent)
+        ids.append(check_int("parent job id in after", job_id, 1))
+    return tuple(sorted(set(ids)))
+
+
+def encode_args(kind: str, args: object, serializer: Serializer = DEFAULT_SERIALIZER) -> str:
+    """``args`` as JSON object text; raises naming the argument that cannot be stored."""
+    if type(args) is not dict or not all(type(name) is str for name in args):
+        if not isinstance(args, Mapping):
+            raise InvalidType(
+                f"args of job {kind!r} must be a mapping of argument names to values, "
+                f"got {type(args).__name__}"
+            )
+        for name in args:
+            if not isinstance(name, str):
+                raise InvalidType(f"args of job {kind!r}: argument names are str, got {name!r}")
+        args = dict(args)
+    try:
+        text = serializer.dumps(args)
+    except (TypeError, ValueError):
+        raise _explain(kind, args, serializer) from None
+    # jsonb refuses \u0000 and lone surrogates: a cheap look first, the walk only on suspicion.
+    if "\\u0000" in text or "\\ud" in text:
+        _check_storable(kind, args)
+    return text
+
+
+def _explain(kind: str, args: Mapping[str, Any], serializer: Serializer) -> Exception:
+    for name, value in args.items():
+        try:
+            serializer.dumps(value)
+        except (TypeError, ValueError) as exc:
+            return InvalidType(
+                f"argument {name!r} of job {kind!r} cannot be serialized ({exc}): pass JSON "
+                "values, datetime, date, UUID or Decimal, or give the client a serializer "
+                "for this type"
+            )
+    return InvalidType(f"args of job {kind!r} cannot be serialized")
+
+
+def _check_storable(kind: str, args: Mapping[str, Any]) -> None:
+    def walk(name: str, value: Any) -> None:
+        if isinstance(value, str):
+            check_text(f"argument {name!r} of job {kind!r}", value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(name, key)
+                walk(name, item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(name, item)
+
+    for name, value in args.items():
+        check_text(f"argument name of job {kind!r}", name)
+        walk(name, value)

@@ -1,0 +1,74 @@
+"""The rescuer: returns jobs whose lease expired (their worker died) and purges old finished
+jobs. Any worker runs it; FOR UPDATE SKIP LOCKED lets several run at once without waiting."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+import psycopg
+
+from .._acompat import AEvent
+from .._db_async import AsyncDatabase
+from .fetcher_async import AsyncFetcher
+from .jobs_async import AsyncJobs
+
+log = logging.getLogger("postroom.worker")
+
+RESCUE_BATCH = 1000
+PURGE_INTERVAL = 60.0
+
+
+class AsyncRescuer:
+    """Every ``interval`` seconds (jittered) returns expired leases in batches of
+    ``RESCUE_BATCH``; every ``PURGE_INTERVAL`` seconds deletes done and cancelled jobs older
+    than ``keep_finished`` (when > 0; 0 deletes them at completion)."""
+
+    def __init__(
+        self,
+        db: AsyncDatabase,
+        jobs: AsyncJobs,
+        *,
+        interval: float,
+        keep_finished: float,
+        fetcher: AsyncFetcher,
+        stopping: AEvent,
+    ) -> None:
+        self._db = db
+        self._jobs = jobs
+        self._interval = interval
+        self._keep_finished = keep_finished
+        self._fetcher = fetcher
+        self._stopping = stopping
+
+    async def run(self) -> None:
+        next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
+        while not self._stopping.is_set():
+            await self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
+            if self._stopping.is_set():
+                return
+            try:
+                await self.rescue()
+                if self._keep_finished > 0 and time.monotonic() >= next_purge:
+                    next_purge = time.monotonic() + PURGE_INTERVAL
+                    await self._jobs.purge("done", self._keep_finished)
+                    await self._jobs.purge("cancelled", self._keep_finished)
+            except psycopg.Error as exc:
+                log.warning("queue maintenance failed: %s", exc)
+
+    async def rescue(self) -> int:
+        """Return every expired lease now; how many jobs came back."""
+        total = 0
+        while True:
+            async with self._db.connection() as conn:
+                cur = await conn.execute(self._db.q("rescue_expired_jobs"), {"batch": RESCUE_BATCH})
+                row = await cur.fetchone()
+            count = int(row[0]) if row else 0
+            total += count
+            if count < RESCUE_BATCH:
+                break
+        if total:
+            log.info("returned %d jobs whose lease expired", total)
+            await self._fetcher.wake()
+        return total

@@ -1,0 +1,100 @@
+"""The scheduler: stores the registered periodic schedules and enqueues their due ticks."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from .._acompat import AEvent
+from .._db_async import AsyncDatabase
+from .jobs_async import AsyncJobs
+from .records import notify_payload
+
+log = logging.getLogger("postroom.worker")
+
+
+class AsyncScheduler:
+    """Enqueues each due tick once, however many workers run it: the schedule row is locked
+    (SKIP LOCKED, so other workers pass over it) and moved to its next tick in the same
+    transaction as the job insert. Ticks missed while no worker ran are enqueued once, not
+    once per tick."""
+
+    def __init__(self, db: AsyncDatabase, jobs: AsyncJobs, *, stopping: AEvent) -> None:
+        self._db = db
+        self._jobs = jobs
+        self._stopping = stopping
+        self._names = sorted(jobs.schedules)
+
+    async def register(self) -> None:
+        """Store the registered schedules (new ones start at their next tick)."""
+        async with self._db.connection() as conn, conn.transaction():
+            cur = await conn.execute(self._db.q("db_clock"))
+            row = await cur.fetchone()
+            assert row is not None
+            now = row[0]
+            for schedule in self._jobs.schedules.values():
+                await conn.execute(
+                    self._db.q("upsert_schedule"),
+                    {
+                        "name": schedule.name,
+                        "cron": schedule.cron.expression,
+                        "kind": schedule.kind,
+                        "queue": schedule.queue,
+                        "args": schedule.args_json,
+                        "priority": schedule.priority,
+                        "max_attempts": schedule.max_attempts,
+                        "next_run_at": schedule.cron.next_after(now),
+                    },
+                )
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            wait = 1.0
+            try:
+                async with self._db.connection() as conn:
+                    async with conn.transaction():
+                        await self._enqueue_due_ticks(conn)
+                    cur = await conn.execute(self._db.q("next_schedule_at"), {"names": self._names})
+                    row = await cur.fetchone()
+                if row is not None and row[0] is not None:
+                    wait = min(wait, max(row[0].total_seconds(), 0.0))
+            except psycopg.Error as exc:
+                log.warning("enqueueing periodic jobs failed: %s", exc)
+            await self._stopping.wait_timeout(wait + 0.002)
+
+    async def _enqueue_due_ticks(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        cur = await conn.execute(self._db.q("due_schedules"), {"names": self._names})
+        for (
+            name,
+            _cron,
+            kind,
+            queue,
+            _args,
+            priority,
+            max_attempts,
+            tick,
+            now,
+        ) in await cur.fetchall():
+            schedule = self._jobs.schedules[name]
+            await conn.execute(
+                self._db.q("enqueue_unique_jobs"),
+                {
+                    "queues": [queue],
+                    "kinds": [kind],
+                    "args": [schedule.args_json],
+                    "priorities": [priority],
+                    "run_ats": [tick],
+                    "delays": [None],
+                    "max_attempts": [max_attempts],
+                    "unique_keys": [f"cron:{name}:{tick.isoformat()}"],
+                },
+            )
+            await conn.execute(
+                self._db.q("advance_schedule"),
+                {"name": name, "next_run_at": schedule.cron.next_after(now), "last_run_at": tick},
+            )
+            await conn.execute(
+                self._db.q("notify_queues"), {"payloads": [notify_payload(self._db.schema, queue)]}
+            )

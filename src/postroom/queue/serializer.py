@@ -1,0 +1,104 @@
+"""How job arguments and results become JSON, and back: sans-IO.
+
+The default encoding is plain JSON plus four tagged types, so they round-trip exactly:
+
+    datetime  {"$datetime": "2026-01-31T12:00:00+00:00"}   (ISO 8601; naive stays naive)
+    date      {"$date": "2026-01-31"}
+    UUID      {"$uuid": "5f0c...-..."}
+    Decimal   {"$decimal": "10.50"}
+
+A one-key object whose key is one of these tags is decoded back into the type; any other object
+is left alone. Pass ``serializer=`` to the client for other types (pydantic models, dataclasses):
+a subclass of :class:`Serializer` that overrides ``default`` (to encode) and ``decode_tagged``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from ..errors import InvalidType
+
+_TAGS = ("$datetime", "$date", "$uuid", "$decimal")
+
+
+class Serializer:
+    """JSON with datetime, date, UUID and Decimal; subclass and override ``default`` and
+    ``decode_tagged`` for more types.
+
+        class PydanticSerializer(postroom.Serializer):
+            def default(self, value):
+                if isinstance(value, Order):
+                    return {"$order": value.model_dump(mode="json")}
+                return super().default(value)
+
+            def decode_tagged(self, tag, payload):
+                if tag == "$order":
+                    return Order.model_validate(payload)
+                return super().decode_tagged(tag, payload)
+
+        client = postroom.connect(serializer=PydanticSerializer())
+    """
+
+    tags: tuple[str, ...] = _TAGS
+    """The one-key object keys this serializer decodes; extend it in a subclass."""
+
+    def __init__(self) -> None:
+        self._encode: Callable[[Any], str] = json.JSONEncoder(
+            separators=(",", ":"), allow_nan=False, default=self.default
+        ).encode
+
+    def default(self, value: Any) -> Any:
+        """A JSON-encodable stand-in for ``value``, or raise ``TypeError``."""
+        if isinstance(value, datetime):
+            return {"$datetime": value.isoformat()}
+        if isinstance(value, date):
+            return {"$date": value.isoformat()}
+        if isinstance(value, UUID):
+            return {"$uuid": str(value)}
+        if isinstance(value, Decimal):
+            if not value.is_finite():
+                raise ValueError(f"Decimal {value} is not finite")
+            return {"$decimal": str(value)}
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    def decode_tagged(self, tag: str, payload: Any) -> Any:
+        """The value a tagged one-key object ``{tag: payload}`` stands for."""
+        if tag == "$datetime":
+            return datetime.fromisoformat(payload)
+        if tag == "$date":
+            return date.fromisoformat(payload)
+        if tag == "$uuid":
+            return UUID(payload)
+        return Decimal(payload)
+
+    def dumps(self, value: Any) -> str:
+        """``value`` as JSON text; raises ``TypeError``/``ValueError`` if it cannot be."""
+        return self._encode(value)
+
+    def decode(self, value: Any) -> Any:
+        """Decoded JSON (dicts, lists, scalars) with tagged objects turned back into values."""
+        if isinstance(value, dict):
+            if len(value) == 1:
+                ((tag, payload),) = value.items()
+                if tag in self.tags:
+                    return self.decode_tagged(tag, payload)
+            return {k: self.decode(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.decode(v) for v in value]
+        return value
+
+
+DEFAULT_SERIALIZER = Serializer()
+
+
+def check_serializer(serializer: object) -> Serializer:
+    if serializer is None:
+        return DEFAULT_SERIALIZER
+    if not isinstance(serializer, Serializer):
+        raise InvalidType(f"invalid serializer {serializer!r}: pass a postroom.Serializer")
+    return serializer

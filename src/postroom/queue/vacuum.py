@@ -1,0 +1,75 @@
+# Generated from src/postroom/queue/vacuum_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The vacuum: vacuums the queue tables when their dead rows pile up, whatever autovacuum does.
+
+A queue table churns faster than autovacuum's defaults expect, and autovacuum may be off, or
+busy elsewhere, or waking once a minute per database. One worker at a time (an advisory lock
+elects it) vacuums a table once its dead rows exceed 10,000 and a fifth of its live rows;
+VACUUM takes a lock that lets claims and writes go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import psycopg
+
+from .._acompat import Event
+from .._db import Database
+
+log = logging.getLogger("postroom.worker")
+
+VACUUM_MIN_DEAD = 10_000
+
+
+class Vacuum:
+    def __init__(self, db: Database, *, interval: float, stopping: Event) -> None:
+        self._db = db
+        self._interval = interval
+        self._stopping = stopping
+
+    def run(self) -> None:
+        try:
+            with self._db.connection() as conn:
+                cur = conn.execute(self._db.q("may_vacuum_jobs"))
+                row = cur.fetchone()
+        except psycopg.Error as exc:
+            log.warning("cannot check who may vacuum the queue tables: %s", exc)
+            return
+        if not (row and row[0]):
+            log.info("this role does not own the queue tables: vacuum is left to autovacuum")
+            return
+        while not self._stopping.is_set():
+            self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
+            if self._stopping.is_set():
+                return
+            try:
+                self.vacuum_if_needed()
+            except psycopg.errors.InsufficientPrivilege as exc:
+                log.warning("cannot vacuum the queue tables (%s); leaving it to autovacuum", exc)
+                return
+            except psycopg.Error as exc:
+                log.warning("vacuuming the queue tables failed: %s", exc)
+
+    def vacuum_if_needed(self) -> None:
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("queue_dead_tuples"))
+            wanted = [
+                name
+                for name, dead, live in cur.fetchall()
+                if dead > VACUUM_MIN_DEAD and dead > live / 5
+            ]
+            if not wanted:
+                return
+            lock = {"schema": self._db.schema}
+            cur = conn.execute(self._db.q("try_vacuum_lock"), lock)
+            row = cur.fetchone()
+            if not (row and row[0]):
+                return  # another worker is vacuuming
+            try:
+                for name in wanted:
+                    query = "vacuum_jobs" if name == "jobs" else "vacuum_finished_jobs"
+                    conn.execute(self._db.q(query), prepare=False)
+            finally:
+                conn.execute(self._db.q("vacuum_unlock"), lock)

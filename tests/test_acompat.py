@@ -1,0 +1,115 @@
+"""Both flavours of each _acompat primitive behave alike (tools/async_to_sync.py swaps them)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from postroom import _acompat
+
+
+def _waiter(event: threading.Event) -> None:
+    event.wait()
+
+
+def test_gather_times_out_and_leaves_the_thread_running() -> None:
+    release = threading.Event()
+    worker = _acompat.spawn(_waiter, release, name="blocked")
+    with pytest.raises(TimeoutError, match=r"blocked did not stop within 0\.05 s"):
+        _acompat.gather(worker, 0.05)
+    assert worker.is_alive()
+    release.set()
+    _acompat.gather(worker, 10)
+    assert not worker.is_alive()
+
+
+def test_agather_times_out_and_leaves_the_task_running() -> None:
+    # Before the two flavours were merged, agather cancelled the task on timeout.
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def blocked() -> None:
+            await release.wait()
+
+        task = _acompat.aspawn(blocked, name="blocked")
+        with pytest.raises(TimeoutError, match=r"blocked did not stop within 0\.05 s"):
+            await _acompat.agather(task, 0.05)
+        assert not task.done()
+        release.set()
+        await _acompat.agather(task, 10)
+        assert task.done() and not task.cancelled()
+
+    asyncio.run(scenario())
+
+
+def test_gather_raises_what_the_thread_raised() -> None:
+    def fail() -> None:
+        raise ValueError("boom")
+
+    seen: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: seen.append(args.exc_value)
+    try:
+        worker = _acompat.spawn(fail, name="failing")
+        with pytest.raises(ValueError, match="boom"):
+            _acompat.gather(worker, 10)
+    finally:
+        threading.excepthook = previous
+    assert isinstance(seen[0], ValueError)  # still reported, as asyncio logs a lost task error
+
+
+def test_agather_raises_what_the_task_raised() -> None:
+    async def scenario() -> None:
+        async def fail() -> None:
+            raise ValueError("boom")
+
+        with pytest.raises(ValueError, match="boom"):
+            await _acompat.agather(_acompat.aspawn(fail, name="failing"), 10)
+
+    asyncio.run(scenario())
+
+
+def test_join_all_flavours_report_whether_all_ended() -> None:
+    release = threading.Event()
+    worker = _acompat.spawn(_waiter, release, name="blocked")
+    assert _acompat.join_all([worker], 0.01) is False
+    release.set()
+    assert _acompat.join_all([worker], 10) is True
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+
+        async def blocked() -> None:
+            await gate.wait()
+
+        task = _acompat.aspawn(blocked, name="blocked")
+        assert await _acompat.ajoin_all([task], 0.01) is False
+        gate.set()
+        assert await _acompat.ajoin_all([task], 10) is True
+
+    asyncio.run(scenario())
+
+
+def test_both_event_flavours_wait_with_a_timeout() -> None:
+    event = _acompat.Event()
+    assert event.wait_timeout(0.01) is False
+    event.set()
+    assert event.wait_timeout(0.01) is True
+
+    async def scenario() -> None:
+        aevent = _acompat.AEvent()
+        assert await aevent.wait_timeout(0.01) is False
+        aevent.set()
+        assert await aevent.wait_timeout(0.01) is True
+
+    asyncio.run(scenario())
+
+
+def test_the_async_names_other_modules_import_are_still_there() -> None:
+    for name in ["ALock", "ACondition", "AEvent", "AFuture", "AQueue", "aspawn", "agather"]:
+        assert hasattr(_acompat, name), name
+    for name in ["asleep", "ato_thread", "ajoin_all", "AJobCall", "JobThreads", "new_future"]:
+        assert hasattr(_acompat, name), name
+    assert _acompat.IS_ASYNC is True

@@ -1,0 +1,111 @@
+"""The ``postroom`` command's frame: version, help, and one clear line for every error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from typer.testing import CliRunner, Result
+
+import postroom
+from postroom.cli.main import app
+
+runner = CliRunner()
+
+
+def run(dsn: str, *args: str) -> Result:
+    return runner.invoke(app, ["--url", dsn, *args])
+
+
+def one_error_line(result: Result, message: str) -> None:
+    assert result.exit_code == 1, (result.stdout, result.stderr, result.exception)
+    assert result.stderr.startswith("error: "), result.stderr
+    assert message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_version_prints_the_installed_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"postroom {metadata.version('postroom')}"
+
+
+def test_dash_h_is_help_and_names_every_use() -> None:
+    for args in (["-h"], ["topic", "-h"], ["job", "-h"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, args
+        assert "Usage: postroom" in result.stdout
+    top = " ".join(runner.invoke(app, ["-h"]).stdout.split())
+    assert "a partitioned log" in top and "a job queue" in top and "outbox" in top
+
+
+def test_license_matches_pyproject() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "LICENSE"), encoding="utf-8") as file:
+        text = file.read()
+    assert "Apache License" in text and "Version 2.0" in text
+    assert metadata.metadata("postroom")["License"] == "Apache-2.0"
+
+
+def test_init_check_on_a_mixed_case_schema(dsn: str) -> None:
+    # to_regclass() on an unquoted name folded it to lower case: `init --check` never passed.
+    assert run(dsn, "--schema", "MixedCase", "init").exit_code == 0
+    result = run(dsn, "--schema", "MixedCase", "init", "--check")
+    assert result.exit_code == 0, result.output
+    assert "is up to date" in result.stdout
+
+
+@pytest.fixture
+def bare_role(dsn: str) -> Iterator[str]:
+    """A LOGIN role granted nothing (cluster-wide, so uniquely named)."""
+    name = f"postroom_cli_{os.getpid()}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    yield name
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_a_permission_error_is_one_line_not_a_traceback(dsn: str, bare_role: str) -> None:
+    as_role = make_conninfo(dsn, user=bare_role)
+    one_error_line(run(as_role, "topic", "list"), "permission denied")
+    one_error_line(run(as_role, "job", "list"), "permission denied")
+
+
+def test_a_producer_role_gets_one_line_for_what_it_may_not_do(
+    client: postroom.Client, dsn: str, bare_role: str
+) -> None:
+    client.create_topic("orders")
+    client.grant(bare_role, "producer")
+    as_role = make_conninfo(dsn, user=bare_role)
+    result = run(as_role, "topic", "delete", "orders", "--yes")
+    assert result.exit_code == 1, result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.output
+    assert [t.name for t in client.list_topics()] == ["orders"]
+
+
+def test_the_installed_command_prints_one_line_on_a_permission_error(
+    dsn: str, bare_role: str
+) -> None:
+    as_role = make_conninfo(dsn, user=bare_role)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "postroom"), "--url", as_role, "lag"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
