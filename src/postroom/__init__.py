@@ -28,6 +28,8 @@ from .log.records import (
     TopicInfo,
     TopicPartition,
 )
+from .log.runner import Runner
+from .log.runner_async import AsyncRunner
 from .queue.backoff import Backoff
 from .queue.jobs import Job, JobFunction
 from .queue.jobs_async import AsyncJob, AsyncJobFunction
@@ -45,6 +47,7 @@ __all__ = [
     "AsyncJob",
     "AsyncJobFunction",
     "AsyncProducer",
+    "AsyncRunner",
     "AsyncWorker",
     "Backoff",
     "Batch",
@@ -63,6 +66,7 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Runner",
     "Serializer",
     "TopicInfo",
     "TopicPartition",

@@ -16,11 +16,13 @@ from .errors import InvalidArgument, InvalidName
 from .log.admin import LogAdmin
 from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
+from .log.deadletters import DeadLetters
 from .log.metadata import TopicCache
 from .log.producer import Appender, Producer
 from .log.records import (
     GroupInfo,
     HeaderValue,
+    Message,
     Published,
     Record,
     TopicInfo,
@@ -28,6 +30,8 @@ from .log.records import (
     Value,
     make_record,
 )
+from .log.runner import Runner
+from .log.subscription import Subscriptions
 from .queue.backoff import Backoff
 from .queue.cron import parse_cron
 from .queue.jobs import Job, JobFunction, Jobs
@@ -84,6 +88,8 @@ class Client:
         self._appender = Appender(db, self._topics)
         self._admin = LogAdmin(db, self._topics)
         self._schema = Schema(db)
+        self._subscriptions = Subscriptions()
+        self._dead_letters = DeadLetters(self)
 
     @property
     def schema(self) -> str:
@@ -210,7 +216,7 @@ class Client:
 
     def consumer(
         self,
-        group: str,
+        group: str | None,
         topics: str | Iterable[str],
         *,
         partitions: Iterable[TopicPartition] | None = None,
@@ -220,8 +226,7 @@ class Client:
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
-        """A member of consumer group ``group`` (or, with ``partitions``, a consumer of those
-        partitions only, outside the group's assignment); see :class:`AsyncConsumer`."""
+        """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
         return Consumer(
             self._db,
             self._topics,
@@ -234,6 +239,29 @@ class Client:
             on_assign=on_assign,
             on_revoke=on_revoke,
         )
+
+    def subscribe(
+        self, topics: str | Iterable[str], *, group: str, **options: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a handler that ``runner()`` (or ``postroom run MODULE``) runs as members of
+        ``group``; returns it unchanged. Options: see ``postroom.log.subscription.Subscription``.
+
+            @client.subscribe("orders", group="billing", transactional=True)
+            async def bill(message, conn): ...
+        """
+        return self._subscriptions.decorator(topics, group, options)
+
+    def runner(self) -> Runner:
+        """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
+        return Runner(self, self._subscriptions.items)
+
+    def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
+        """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
+        return self._dead_letters.list(topic, limit)
+
+    def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
+        """Publish ``topic``'s dead letters to their source again, each once; returns how many."""
+        return self._dead_letters.replay(topic, group)
 
     # -- groups -----------------------------------------------------------------------------
 

@@ -53,3 +53,13 @@ SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);
 -- name: member_session
 -- Session settings of a member's heartbeat connection: never wait long for a row lock.
 SELECT set_config('lock_timeout', %(lock_ms)s, false);
+
+-- name: partition_bounds
+-- Low- and high-water marks of the given partitions, for a consumer without a group (no locks).
+SELECT p.topic_id, p.partition,
+       coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                 WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+                p.next_offset) AS low_water,
+       p.next_offset AS high_water
+FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[]) AS a(topic_id, partition)
+JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition;

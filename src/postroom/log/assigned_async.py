@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import psycopg
+
 from .._acompat import acall_hook
 from .._db_async import AsyncDatabase
 from ..errors import Fenced, InvalidArgument
@@ -52,7 +54,7 @@ class AsyncAssignedPartitions:
         self,
         db: AsyncDatabase,
         topics_cache: AsyncTopicCache,
-        group: str,
+        group: str | None,
         topics: Iterable[str],
         *,
         partitions: Iterable[TopicPartition] | None,
@@ -64,7 +66,8 @@ class AsyncAssignedPartitions:
     ) -> None:
         self._db = db
         self._topics_cache = topics_cache
-        self.group = check_name("group", group)
+        # No group: a peek, reading without cursors (nothing to commit, nothing created).
+        self.group = None if group is None else check_name("group", group)
         self._topic_names = [topics] if isinstance(topics, str) else list(topics)
         if not self._topic_names:
             raise InvalidArgument("a consumer needs at least one topic")
@@ -104,7 +107,7 @@ class AsyncAssignedPartitions:
         if self._closed:
             raise InvalidArgument("the consumer is closed")
         metas = {name: await self._topics_cache.get(name) for name in self._topic_names}
-        if self._requested is None:
+        if self._requested is None and self.group is not None:
             self._membership = AsyncMembership(
                 self._db,
                 self._topics_cache,
@@ -119,7 +122,10 @@ class AsyncAssignedPartitions:
             await self._apply_assignment()
             return
         added = []
-        for tp in self._requested:
+        requested = self._requested or [
+            TopicPartition(m.name, p) for m in metas.values() for p in range(m.partitions)
+        ]
+        for tp in requested:
             meta = metas.get(tp.topic)
             if meta is None:
                 raise InvalidArgument(f"partition {tp} is not in the subscribed topics")
@@ -138,12 +144,12 @@ class AsyncAssignedPartitions:
             return
         ids = self._id_arrays(added)
         async with self._db.connection() as conn:
-            await conn.execute(
-                self._db.q("ensure_cursors"),
-                {"group": self.group, "reset": self._auto_offset_reset, **ids},
-            )
-            cur = await conn.execute(self._db.q("read_cursors"), {"group": self.group, **ids})
-            rows = await cur.fetchall()
+            if self.group is None:
+                cur = await conn.execute(self._db.q("partition_bounds"), ids)
+                low_or_high = 2 if self._auto_offset_reset == "earliest" else 3
+                rows = [(r[0], r[1], r[low_or_high]) for r in await cur.fetchall()]
+            else:
+                rows = await self._read_cursors(conn, ids)
         start = {(topic_id, partition): offset for topic_id, partition, offset in rows}
         with self._lock:
             for assigned in added:
@@ -156,6 +162,17 @@ class AsyncAssignedPartitions:
                 self._assigned[assigned.tp] = assigned
                 self._by_id[key] = assigned
                 self._lost.discard(assigned.tp)
+
+    async def _read_cursors(
+        self, conn: psycopg.AsyncConnection[Any], ids: dict[str, list[int]]
+    ) -> list[tuple[int, int, int]]:
+        """Create the group's missing cursors, then read them."""
+        await conn.execute(
+            self._db.q("ensure_cursors"),
+            {"group": self.group, "reset": self._auto_offset_reset, **ids},
+        )
+        cur = await conn.execute(self._db.q("read_cursors"), {"group": self.group, **ids})
+        return [(t, p, o) for t, p, o in await cur.fetchall()]
 
     async def _apply_assignment(self) -> None:
         """Bring the partitions in use up to the membership's leases (main flow only): hand

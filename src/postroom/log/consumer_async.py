@@ -50,7 +50,8 @@ class AsyncBatch:
 
 
 class AsyncConsumer(AsyncAssignedPartitions):
-    """A consumer of ``topics`` for group ``group``.
+    """A consumer of ``topics`` for group ``group`` (None: a peek that reads without a group,
+    from the earliest or latest offsets, and cannot commit).
 
     Without ``partitions`` it is a member of the group: the group's partitions are spread over
     its live members (sticky, even, cooperative: docs/log.md "Consumer groups"), members
@@ -82,7 +83,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
         self,
         db: AsyncDatabase,
         topics_cache: AsyncTopicCache,
-        group: str,
+        group: str | None,
         topics: Iterable[str],
         *,
         partitions: Iterable[TopicPartition] | None = None,
@@ -236,6 +237,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
         Cursors only move forward: committing an offset below the stored one changes nothing
         (use ``Client.reset_group`` to go back). A member that lost a partition (session
         expired, handed over) gets :class:`Fenced` and nothing of the call is stored."""
+        self._need_group("commit")
         await self._ensure_assigned()
         with self._lock:
             if offsets is None:
@@ -261,8 +263,17 @@ class AsyncConsumer(AsyncAssignedPartitions):
             for assigned, value in zip(chosen, values, strict=True):
                 assigned.committed = max(assigned.committed, value)
 
+    def _need_group(self, what: str) -> None:
+        if self.group is None:
+            raise InvalidArgument(
+                f"a consumer without a group only reads: {what}() needs a group "
+                "(client.consumer('name', topics))"
+            )
+
     async def committed(self, tp: TopicPartition) -> int | None:
-        """The stored next offset of the group for ``tp``."""
+        """The stored next offset of the group for ``tp`` (None without a group)."""
+        if self.group is None:
+            return None
         await self._ensure_assigned()
         assigned = self._get(tp)
         async with self._db.connection() as conn:
@@ -317,6 +328,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
         """
         if max_messages < 1:
             raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
+        self._need_group("transaction")
         await self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
         self._in_transaction = True
