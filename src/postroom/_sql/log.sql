@@ -215,8 +215,9 @@ GROUP BY c.group_name
 ORDER BY c.group_name;
 
 -- name: describe_group
--- Per partition a group reads: committed offset, high-water mark, lag in messages, and lag in
--- seconds (age of the oldest unread retained message) (no locks).
+-- Per partition a group reads: committed offset, high-water mark, lag in messages, lag in seconds
+-- (age of the oldest unread retained message), and the live member holding it with its fencing
+-- epoch (no locks).
 SELECT t.name AS topic, c.partition, c.next_offset AS committed, p.next_offset AS high_water,
        greatest(p.next_offset - c.next_offset, 0) AS lag,
        coalesce(extract(epoch FROM now() - (
@@ -224,10 +225,16 @@ SELECT t.name AS topic, c.partition, c.next_offset AS committed, p.next_offset A
            WHERE m.topic_id = c.topic_id AND m.partition = c.partition
              AND m."offset" >= c.next_offset
            ORDER BY m."offset" LIMIT 1)), 0)::float8 AS lag_seconds,
-       c.updated_at
+       c.updated_at, holder.owner AS member, holder.epoch
 FROM {schema}.cursors c
 JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
 JOIN {schema}.topics t ON t.id = c.topic_id
+LEFT JOIN LATERAL (
+    SELECT l.owner, l.epoch FROM {schema}.leases l
+    JOIN {schema}.members mb
+      ON mb.group_name = l.group_name AND mb.member_id = l.owner AND mb.expires_at > now()
+    WHERE l.group_name = c.group_name AND l.topic_id = c.topic_id AND l.partition = c.partition
+) holder ON true
 WHERE c.group_name = %(group)s
 ORDER BY t.name, c.partition;
 

@@ -42,14 +42,19 @@ def describe(
     group: Annotated[str, typer.Argument(help="Consumer group.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
+    """Per partition: the member holding it and its fencing epoch, committed offset,
+    high-water mark, lag in messages and in seconds."""
     with open_client(ctx) as client:
         info = client.describe_group(group)
     if as_json:
         print_json(info)
         return
-    console.print(f"group {info.name!r}: total lag {info.lag}, updated {when(info.updated_at)}")
-    _print_lag([info])
+    members = sorted({p.member for p in info.partitions if p.member is not None})
+    console.print(
+        f"group {info.name!r}: {len(members)} live member(s), total lag {info.lag}, "
+        f"updated {when(info.updated_at)}"
+    )
+    _print_lag([info], members=True)
 
 
 @app.command("reset")
@@ -136,10 +141,11 @@ def lag(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     _print_lag(infos)
 
 
-def _print_lag(infos: list[postroom.GroupInfo]) -> None:
-    table = Table(*LAG_COLUMNS)
+def _print_lag(infos: list[postroom.GroupInfo], *, members: bool = False) -> None:
+    table = Table(*LAG_COLUMNS, *(("member", "epoch") if members else ()))
     for info in infos:
         for part in info.partitions:
+            holder = (part.member or "-", "-" if part.epoch is None else str(part.epoch))
             table.add_row(
                 info.name,
                 part.topic,
@@ -148,5 +154,6 @@ def _print_lag(infos: list[postroom.GroupInfo]) -> None:
                 str(part.high_water),
                 str(part.lag),
                 f"{part.lag_seconds:.1f}",
+                *(holder if members else ()),
             )
     console.print(table)

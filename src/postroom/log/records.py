@@ -275,6 +275,10 @@ class PartitionLag:
     lag: int
     lag_seconds: float
     updated_at: datetime
+    member: str | None = None
+    """The live group member holding the partition (None: nobody, or a manual consumer)."""
+    epoch: int | None = None
+    """The fencing epoch of that member's ownership."""
 
 
 @dataclass(frozen=True, slots=True)
