@@ -24,7 +24,11 @@ GRANT EXECUTE ON FUNCTION
     {schema}.group_release(text, text, integer[], integer[], bigint[]),
     {schema}.group_leave(text, text, integer[], integer[], bigint[]),
     {schema}.commit_offsets(text, text, integer[], integer[], bigint[], bigint[]),
-    {schema}.claim_batch(text, text, integer[], integer[], bigint[], integer)
+    {schema}.claim_batch(text, text, integer[], integer[], bigint[], integer),
+    {schema}.consume(text, text, integer, integer),
+    {schema}.commit(text, text, integer, bigint),
+    {schema}.seek(text, text, integer, bigint),
+    {schema}.lag(text, text)
 TO {role};
 
 -- name: grant_admin

@@ -365,6 +365,19 @@ BEGIN
                 USING ERRCODE = 'PRF01';
         END IF;
     END IF;
+    -- Cursors deleted under running members (delete_group) start again at the earliest.
+    INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
+    SELECT p_group, p.topic_id, p.partition,
+           coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                     WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+                    p.next_offset)
+    FROM unnest(p_topic_ids, p_partitions) AS a(topic_id, partition)
+    JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+    WHERE NOT EXISTS (SELECT FROM {schema}.cursors c
+                      WHERE c.group_name = p_group AND c.topic_id = p.topic_id
+                        AND c.partition = p.partition)
+    ORDER BY p.topic_id, p.partition
+    ON CONFLICT DO NOTHING;
     SELECT c.topic_id, c.partition, c.next_offset INTO chosen
     FROM unnest(p_topic_ids, p_partitions) WITH ORDINALITY AS a(topic_id, partition, ord)
     JOIN {schema}.cursors c
@@ -400,6 +413,125 @@ BEGIN
 END;
 $$;
 
+-- SQL API for consumers in any language. They take no part in the assignment: like a consumer
+-- with manual partitions they are refused (PRF01) on a partition a live member of the group
+-- holds. Use a group of their own, or see docs/log.md ("Consuming from SQL").
+
+-- The topic id of p_topic, or an error naming it.
+CREATE FUNCTION {schema}._topic_id(p_topic text) RETURNS integer
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found integer;
+BEGIN
+    SELECT t.id INTO found FROM {schema}.topics t WHERE t.name = p_topic;
+    IF found IS NULL THEN
+        RAISE EXCEPTION 'unknown topic %', quote_literal(p_topic) USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN found;
+END;
+$$;
+
+-- Claims up to p_limit messages of one partition for p_group and advances its cursor past them,
+-- in the caller's transaction: commit your own writes with it (exactly-once effects), or roll
+-- back and the messages come again. Locks the cursor row (FOR UPDATE, waiting) until the
+-- caller's transaction ends; creates the cursor at the earliest retained offset if missing.
+CREATE FUNCTION {schema}.consume(p_group text, p_topic text, p_partition integer,
+                                 p_limit integer DEFAULT 100)
+RETURNS TABLE ("offset" bigint, key bytea, value bytea, headers jsonb,
+               created_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    tid integer := {schema}._topic_id(p_topic);
+    holder text;
+    start_at bigint;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'invalid limit %: must be >= 1', p_limit
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM {schema}.partitions p
+                   WHERE p.topic_id = tid AND p.partition = p_partition) THEN
+        RAISE EXCEPTION 'partition % does not exist in topic %', p_partition,
+            quote_literal(p_topic) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT l.owner INTO holder FROM {schema}.leases l
+    WHERE l.group_name = p_group AND l.topic_id = tid AND l.partition = p_partition
+      AND {schema}._member_live(p_group, l.owner);
+    IF holder IS NOT NULL THEN
+        RAISE EXCEPTION 'partition % of topic % is held by member % of group %',
+            p_partition, quote_literal(p_topic), quote_literal(holder), quote_literal(p_group)
+            USING ERRCODE = 'PRF01';
+    END IF;
+    INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
+    SELECT p_group, tid, p_partition,
+           coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                     WHERE m.topic_id = tid AND m.partition = p_partition),
+                    (SELECT p.next_offset FROM {schema}.partitions p
+                     WHERE p.topic_id = tid AND p.partition = p_partition))
+    ON CONFLICT DO NOTHING;
+    SELECT c.next_offset INTO start_at FROM {schema}.cursors c
+    WHERE c.group_name = p_group AND c.topic_id = tid AND c.partition = p_partition
+    FOR UPDATE;
+    RETURN QUERY
+    WITH batch AS (
+        SELECT m."offset", m.key, m.value, m.headers, m.created_at FROM {schema}.messages m
+        WHERE m.topic_id = tid AND m.partition = p_partition AND m."offset" >= start_at
+        ORDER BY m."offset" LIMIT p_limit
+    ), advanced AS (
+        UPDATE {schema}.cursors c SET next_offset = (SELECT max(b."offset") + 1 FROM batch b),
+                                      updated_at = now()
+        WHERE c.group_name = p_group AND c.topic_id = tid AND c.partition = p_partition
+          AND EXISTS (SELECT FROM batch)
+    )
+    SELECT b."offset", b.key, b.value, b.headers, b.created_at FROM batch b ORDER BY b."offset";
+END;
+$$;
+
+-- Stores p_group's next offset on one partition (forward only; refused past the high-water mark
+-- or on a partition a live member holds), for consumers that read with SELECT and commit later.
+CREATE FUNCTION {schema}.commit(p_group text, p_topic text, p_partition integer,
+                                p_next_offset bigint) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT {schema}.commit_offsets(p_group, NULL, ARRAY[{schema}._topic_id(p_topic)],
+                                   ARRAY[p_partition], NULL, ARRAY[p_next_offset]);
+$$;
+
+-- Moves p_group's cursor on one partition to p_offset (backwards too: an explicit reset),
+-- within 0 .. high-water mark. Row lock on the cursor.
+CREATE FUNCTION {schema}.seek(p_group text, p_topic text, p_partition integer, p_offset bigint)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    tid integer := {schema}._topic_id(p_topic);
+    high bigint;
+BEGIN
+    SELECT p.next_offset INTO high FROM {schema}.partitions p
+    WHERE p.topic_id = tid AND p.partition = p_partition;
+    IF high IS NULL OR p_offset IS NULL OR p_offset < 0 OR p_offset > high THEN
+        RAISE EXCEPTION 'offset % is out of range for partition % of topic %: allowed 0..%',
+            p_offset, p_partition, quote_literal(p_topic), coalesce(high, 0)
+            USING ERRCODE = 'PRO01';
+    END IF;
+    INSERT INTO {schema}.cursors AS c (group_name, topic_id, partition, next_offset)
+    VALUES (p_group, tid, p_partition, p_offset)
+    ON CONFLICT (group_name, topic_id, partition)
+    DO UPDATE SET next_offset = excluded.next_offset, updated_at = now();
+END;
+$$;
+
+-- p_group's lag per partition of p_topic: committed offset, high-water mark, lag (no locks).
+CREATE FUNCTION {schema}.lag(p_group text, p_topic text)
+RETURNS TABLE (partition integer, committed bigint, high_water bigint, lag bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p.partition, c.next_offset, p.next_offset,
+           greatest(p.next_offset - coalesce(c.next_offset, 0), 0)
+    FROM {schema}.partitions p
+    LEFT JOIN {schema}.cursors c
+      ON c.group_name = p_group AND c.topic_id = p.topic_id AND c.partition = p.partition
+    WHERE p.topic_id = {schema}._topic_id(p_topic)
+    ORDER BY p.partition;
+$$;
+
 -- SECURITY DEFINER functions are executable by PUBLIC unless revoked; grant_consumer grants them.
 REVOKE EXECUTE ON FUNCTION
     {schema}.group_heartbeat(text, text, integer[], integer, boolean),
@@ -410,5 +542,9 @@ REVOKE EXECUTE ON FUNCTION
     {schema}.group_release(text, text, integer[], integer[], bigint[]),
     {schema}.group_leave(text, text, integer[], integer[], bigint[]),
     {schema}.commit_offsets(text, text, integer[], integer[], bigint[], bigint[]),
-    {schema}.claim_batch(text, text, integer[], integer[], bigint[], integer)
+    {schema}.claim_batch(text, text, integer[], integer[], bigint[], integer),
+    {schema}.consume(text, text, integer, integer),
+    {schema}.commit(text, text, integer, bigint),
+    {schema}.seek(text, text, integer, bigint),
+    {schema}.lag(text, text)
 FROM PUBLIC;
