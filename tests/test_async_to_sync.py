@@ -185,3 +185,44 @@ def test_another_ruff_version_is_refused(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "is ruff 0.0.1" in result.stderr
+
+
+def test_an_elif_after_an_async_hatch_is_refused() -> None:
+    with pytest.raises(tool.GenerationError, match="elif"):
+        convert(
+            """
+            if True:  # ASYNC
+                x = 1
+            elif other:
+                x = 2
+            """
+        )
+
+
+def test_hatches_nest_inside_an_else_body() -> None:
+    out = convert(
+        """
+        if True:  # ASYNC
+            x = 1
+        else:
+            y = AsyncThing  # sync: y = Thing()
+        """
+    )
+    assert out == "\ny = Thing()\n"
+
+
+def test_async_hatches_nest() -> None:
+    out = convert(
+        """
+        def f():
+            if True:  # ASYNC
+                a = 1
+            else:
+                if True:  # ASYNC
+                    b = 2
+                else:
+                    c = AsyncThing
+                d = 4  # sync: d = 5
+        """
+    )
+    assert out == "\ndef f():\n    c = Thing\n    d = 5\n"

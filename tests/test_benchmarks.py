@@ -1,12 +1,15 @@
-"""The log benchmark runs end to end and counts right (never a timing assertion)."""
+"""The benchmarks run end to end at tiny sizes and count right (never a timing assertion)."""
 
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from postroom.benchmarks import log as log_bench
+from postroom.benchmarks import queue as queue_bench
 
 
 def test_quick_log_benchmark_reports_every_figure(dsn: str) -> None:
@@ -37,3 +40,48 @@ def test_main_prints_json(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert log_bench.main(["--url", dsn, "--quick", "--json", "--groups", "1"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["consume_n_groups"]["per_group"] == [printed["backlog"]]
+
+
+def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
+    settings = queue_bench.Settings(jobs=300, claim=100, reference_batch=100, rate=40, seconds=0.5)
+    result = queue_bench.run(dsn, settings)
+
+    assert result["enqueue"]["jobs"] == 300
+    for phase in ("burn_down", "burn_down_deleted", "reference"):
+        assert result[phase]["jobs"] == 300, phase
+        assert result[phase]["rate"] > 0, phase
+    sustained = result["sustained"]
+    assert sustained["jobs"] == 20
+    assert 0 < sustained["p50_ms"] <= sustained["p99_ms"] <= sustained["max_ms"]
+    assert set(result["targets"]) == {
+        "enqueue_jobs_per_s",
+        "burn_down_jobs_per_s",
+        "burn_down_vs_reference",
+        "p99_ms",
+    }
+    assert "postroom queue benchmark" in queue_bench.format_report(result)
+
+
+def test_the_log_report_names_every_phase(dsn: str) -> None:
+    settings = log_bench.Settings(
+        messages=500, groups=1, latency_seconds=0.2, latency_rate=100, poll_max_messages=500
+    )
+    report = log_bench.format_report(log_bench.run(dsn, settings))
+    for line in ("raw binary COPY (reference)", "publish_batch(10000)", "end-to-end latency"):
+        assert line in report
+
+
+def test_the_benchmarks_contract_forbids_every_module_outside_the_public_api() -> None:
+    root = Path(__file__).resolve().parent.parent
+    with open(root / "pyproject.toml", "rb") as file:
+        contracts = tomllib.load(file)["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["name"] == "the benchmarks use the public API only"]
+    package = root / "src" / "postroom"
+    modules = {
+        f"postroom.{path.stem}"
+        for path in package.iterdir()
+        if path.suffix == ".py" or (path.is_dir() and any(path.glob("*.py")))
+    } - {"postroom.__init__"}
+    public = {"postroom.benchmarks", "postroom.errors", "postroom.embedded"}
+    missing = modules - public - set(contract["forbidden_modules"])
+    assert not missing, f"add {sorted(missing)} to the benchmarks contract"

@@ -196,3 +196,9 @@ def test_a_released_migration_edit_is_caught(
     assert tool.release() == []
     (migrations / "0001_x.sql").write_text("CREATE TABLE {schema}.t (id int);\n")
     assert tool.checksums()["0001_x.sql"] != tool.file_sha256(migrations / "0001_x.sql")
+
+
+def test_every_named_query_is_used() -> None:
+    source = "\n".join(p.read_text() for p in (ROOT / "src" / "postroom").rglob("*.py"))
+    unused = [name for name in _sql.all_queries() if f'"{name}"' not in source]
+    assert not unused, f"named queries nothing runs: {unused}"

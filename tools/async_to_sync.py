@@ -123,6 +123,8 @@ class _Converter(ast.NodeVisitor):
         self.names = names
         self.comments = comments
         self.edits: list[tuple[int, int, str]] = []
+        self.dedents: dict[int, int] = {}  # line -> columns to remove (`# ASYNC` else bodies)
+        self.replaced: set[int] = set()  # lines a hatch removes or replaces whole
 
     # -- helpers ------------------------------------------------------------------------------
     def sync_name(self, name: str) -> str:
@@ -178,12 +180,14 @@ class _Converter(ast.NodeVisitor):
             end = stmt.end_lineno or stmt.lineno
             if not stmt.orelse:
                 self.edits.append((src.line_start(stmt.lineno), src.line_end(end), ""))
+                self.replaced.update(range(stmt.lineno, end + 1))
                 return True
             first = stmt.orelse[0].lineno
-            if isinstance(stmt.orelse[0], ast.If) and first == stmt.body[-1].end_lineno:
+            if src.lines[first - 1].lstrip().startswith("elif"):
                 raise GenerationError(f"line {stmt.lineno}: `# ASYNC` hatch with an elif")
             # Drop `if True:  # ASYNC`, its body and the `else:` line; dedent the else body.
             self.edits.append((src.line_start(stmt.lineno), src.line_start(first), ""))
+            self.replaced.update(range(stmt.lineno, first))
             indent = stmt.orelse[0].col_offset - stmt.col_offset
             strings = [
                 n
@@ -196,20 +200,19 @@ class _Converter(ast.NodeVisitor):
                     f"line {stmt.lineno}: a multi-line string in an `# ASYNC` hatch's else"
                 )
             for lineno in range(first, end + 1):
-                line = src.lines[lineno - 1]
-                cut = len(line) - len(line.lstrip(" "))
-                start = src.line_start(lineno)
-                self.edits.append((start, start + min(cut, indent), ""))
+                self.dedents[lineno] = self.dedents.get(lineno, 0) + indent
             for child in stmt.orelse:
-                self.visit(child)
+                if not self.hatch(child):
+                    self.visit(child)
             return True
         end = stmt.end_lineno or stmt.lineno
         comment = self.comments.get(end)
         match = _HATCH_LINE.search(comment) if comment else None
-        if match is None or isinstance(stmt, ast.If | ast.For | ast.While | ast.With | ast.Try):
-            return False
+        if match is None or hasattr(stmt, "body") or isinstance(stmt, ast.Match):
+            return False  # only a simple statement; a block's last line belongs to its body
         head = src.lines[stmt.lineno - 1]
-        prefix = head[: len(head) - len(head.lstrip())]
+        prefix = head[: len(head) - len(head.lstrip())][self.dedents.get(stmt.lineno, 0) :]
+        self.replaced.update(range(stmt.lineno, end + 1))
         code = match.group(1).strip()
         replacement = f"{prefix}{code}\n" if code else ""
         self.edits.append((src.line_start(stmt.lineno), src.line_end(end), replacement))
@@ -312,6 +315,11 @@ def convert(text: str, names: dict[str, str] | None = None) -> str:
     source = _Source(text)
     converter = _Converter(source, names, _comments(text))
     converter.visit(ast.parse(text))
+    for lineno, amount in converter.dedents.items():
+        if lineno not in converter.replaced:
+            line = source.lines[lineno - 1]
+            cut = min(amount, len(line) - len(line.lstrip(" ")))
+            converter.edits.append((source.line_start(lineno), source.line_start(lineno) + cut, ""))
     out = text
     last = len(text) + 1
     for start, end, new in sorted(set(converter.edits), reverse=True):

@@ -14,6 +14,7 @@ with psycopg.connect(url) as conn:   # your transaction: the row and its event c
 from . import errors
 from .client import Client, connect
 from .client_async import AsyncClient, connect_async
+from .errors import Cancel, Snooze
 from .log.consumer import Batch, Consumer
 from .log.consumer_async import AsyncBatch, AsyncConsumer
 from .log.partitioner import murmur2, partition_for_key
@@ -31,6 +32,7 @@ from .log.records import (
 from .log.runner import Runner
 from .log.runner_async import AsyncRunner
 from .queue.backoff import Backoff
+from .queue.context import JobContext
 from .queue.jobs import Job, JobFunction
 from .queue.jobs_async import AsyncJob, AsyncJobFunction
 from .queue.options import EnqueueOptions
@@ -51,11 +53,13 @@ __all__ = [
     "AsyncWorker",
     "Backoff",
     "Batch",
+    "Cancel",
     "Client",
     "Consumer",
     "EnqueueOptions",
     "GroupInfo",
     "Job",
+    "JobContext",
     "JobFunction",
     "JobInfo",
     "JobRequest",
@@ -68,6 +72,7 @@ __all__ = [
     "QueueCount",
     "Runner",
     "Serializer",
+    "Snooze",
     "TopicInfo",
     "TopicPartition",
     "Worker",

@@ -15,7 +15,14 @@ from . import _sql
 from ._acompat import ato_thread
 from ._conninfo import unavailable
 from .embedded import resolve_url
-from .errors import Fenced, InvalidArgument, InvalidType, OffsetOutOfRange, SchemaNotReady
+from .errors import (
+    Fenced,
+    InvalidArgument,
+    InvalidType,
+    OffsetOutOfRange,
+    PermissionDenied,
+    SchemaNotReady,
+)
 
 _QUERIES = _sql.all_queries()
 
@@ -134,6 +141,15 @@ class translate_errors:
             raise SchemaNotReady(f"{exc}: run `postroom init` or client.migrate()") from exc
         if isinstance(exc, pg_errors.NumericValueOutOfRange):
             raise InvalidArgument(str(exc)) from exc
+        if isinstance(exc, pg_errors.InsufficientPrivilege) and not isinstance(
+            exc, PermissionDenied
+        ):
+            first_line = str(exc).strip().splitlines()[0]
+            raise PermissionDenied(
+                f"{first_line}: the database role of this connection lacks the right; grant it "
+                "the capability it needs as the schema owner (client.grant(role, 'producer' | "
+                "'consumer' | 'enqueuer' | 'worker' | 'admin'))"
+            ) from exc
         # SQLSTATEs raised by postroom's own functions (migration 0004).
         sqlstate = getattr(exc, "sqlstate", None)
         if exc is None:

@@ -11,7 +11,7 @@ from typing import Any, Unpack, cast
 from ._acompat import IS_ASYNC
 from ._db_async import AsyncDatabase, open_database
 from ._schema_async import AsyncSchema
-from .errors import InvalidArgument, InvalidName
+from .errors import InvalidName
 from .log.admin_async import AsyncLogAdmin
 from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer_async import AsyncConsumer
@@ -23,10 +23,10 @@ from .log.records import (
     HeaderValue,
     Message,
     Published,
-    Record,
     TopicInfo,
     TopicPartition,
     Value,
+    batch_record,
     make_record,
 )
 from .log.runner_async import AsyncRunner
@@ -189,23 +189,8 @@ class AsyncClient:
 
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call."""
-        records = [self._batch_record(topic, item) for item in messages]
+        records = [batch_record(topic, item) for item in messages]
         return await self._appender.append(records, conn)
-
-    @staticmethod
-    def _batch_record(topic: str, item: Any) -> Record:
-        if type(item) is bytes:  # skips isinstance(item, Mapping), an ABC check: slow per item
-            return make_record(topic, item)
-        if isinstance(item, Mapping) and "value" in item:
-            extra = set(item) - {"value", "key", "headers", "partition"}
-            if extra:
-                raise InvalidArgument(
-                    f"unknown message fields {sorted(extra)}: use value, key, headers, partition"
-                )
-            return make_record(
-                topic, item["value"], item.get("key"), item.get("headers"), item.get("partition")
-            )
-        return make_record(topic, item)
 
     def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> AsyncProducer:
         """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``."""
@@ -310,6 +295,8 @@ class AsyncClient:
         backoff: Backoff | None = None,
         max_concurrency: int | None = None,
         rate_limit: float | None = None,
+        retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
+        no_retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
     ) -> Callable[[Callable[..., Any]], AsyncJobFunction]:
         """Register a job kind (default: the function's name) and its defaults.
 
@@ -321,7 +308,9 @@ class AsyncClient:
         ``timeout`` (seconds) interrupts a run that takes longer; it counts as a failed
         attempt. ``backoff`` spaces the retries. ``max_concurrency`` and ``rate_limit`` (jobs
         started per second) hold across all workers. Coroutine functions run on the worker's
-        event loop, plain functions in the worker's threads.
+        event loop, plain functions in the worker's threads. ``retry_on`` retries only those
+        exceptions (others fail the job at once); ``no_retry_on`` never retries those. A
+        keyword-only parameter ``job: JobContext`` gets the job's context.
         """
         return cast(
             Callable[[Callable[..., Any]], AsyncJobFunction],
@@ -335,8 +324,25 @@ class AsyncClient:
                 backoff=backoff,
                 max_concurrency=max_concurrency,
                 rate_limit=rate_limit,
+                retry_on=retry_on,
+                no_retry_on=no_retry_on,
             ),
         )
+
+    def around_job(self, middleware: Callable[..., Any]) -> Callable[..., Any]:
+        """Register execution middleware ``middleware(job: JobContext, call_next)``, called
+        around every job this client's workers run (plain middleware around plain-function
+        jobs, ``async def`` middleware around ``async def`` jobs); see ``postroom.queue.hooks``.
+        Register before starting workers. Returns ``middleware`` (usable as a decorator)."""
+        self._queue.hooks.add_execution(middleware)
+        return middleware
+
+    def around_enqueue(self, middleware: Callable[..., Any]) -> Callable[..., Any]:
+        """Register enqueue middleware ``middleware(requests, call_next)``, called around
+        every enqueue of this client (an ``async def`` on AsyncClient); ``call_next()``
+        inserts the jobs and returns their handles. Returns ``middleware``."""
+        self._queue.hooks.add_enqueue(middleware)
+        return middleware
 
     def periodic(
         self,
@@ -393,7 +399,7 @@ class AsyncClient:
         member succeeded (Celery's chord), in one transaction. Items are as in
         ``enqueue_batch``; returns the members and the callback.
 
-            members, merge = await client.enqueue_group(
+            members, merge = client.enqueue_group(  # awaited with AsyncClient
                 [fetch.prepare(url=u) for u in urls], then=merge_pages.prepare(), conn=conn
             )
         """

@@ -6,6 +6,10 @@ the matching built-in (``ValueError``, ``TypeError``, ``LookupError``) so generi
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+import psycopg
+
 
 class PostroomError(Exception):
     """Base class of every error postroom raises on purpose."""
@@ -112,7 +116,42 @@ class RoleNotFound(NotFound):
     """``grant()`` named a database role that does not exist."""
 
 
+class PermissionDenied(PostroomError, psycopg.errors.InsufficientPrivilege):
+    """The database role connected lacks a right this operation needs (see ``grant()``).
+
+    Also a psycopg ``InsufficientPrivilege``, as psycopg_pool's ``PoolTimeout`` is an
+    ``OperationalError``: code that catches the driver's error keeps working."""
+
+
 class WorkerCrashed(PostroomError):
     """A worker's background loop (claiming, write-back, heartbeat, ...) failed and cannot go
     on: ``run()`` stopped the worker and raises this, so the process ends with an error and a
     supervisor can restart it."""
+
+
+class Snooze(PostroomError):
+    """Raised by a job to run again in ``seconds`` without spending an attempt (River's
+    JobSnooze): ``raise Snooze(60)`` when what it waits for is not there yet."""
+
+    def __init__(self, seconds: float | timedelta = 0.0) -> None:
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds <= 366 * 86400
+        ):
+            raise InvalidArgument(
+                f"invalid snooze {seconds!r}: seconds (or a timedelta) from 0 to 366 days"
+            )
+        super().__init__(f"snoozed for {seconds:g} s")
+        self.seconds = float(seconds)
+
+
+class Cancel(PostroomError):
+    """Raised by a job to stop for good: it ends ``cancelled`` with ``reason`` as its
+    ``last_error``, with no retry (River's JobCancel)."""
+
+    def __init__(self, reason: str = "cancelled by the job") -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -84,17 +83,6 @@ def test_new_group_latest_starts_at_the_end(any_client: postroom.Client) -> None
         assert consumer.poll(timeout=0.05) == []
         any_client.publish("t", "new")
         assert [m.text() for m in consumer.poll(timeout=2)] == ["new"]
-
-
-def test_poll_wakes_up_on_publish(any_client: postroom.Client) -> None:
-    any_client.create_topic("t")
-    with any_client.consumer("g", "t") as consumer:
-        assert consumer.poll(timeout=0) == []
-        any_client.publish("t", "wake")
-        started = time.monotonic()
-        messages = consumer.poll(timeout=5)
-        assert [m.text() for m in messages] == ["wake"]
-        assert time.monotonic() - started < 5
 
 
 def test_explicit_partitions_and_iteration(any_client: postroom.Client) -> None:

@@ -83,6 +83,7 @@ def test_a_job_function_may_not_name_a_parameter_after_an_option(
         (lambda c: c.enqueue("k", {"d": Decimal("NaN")}), InvalidType, "argument 'd'"),
         (lambda c: c.enqueue("k", colour=1), InvalidArgument, "unknown enqueue options"),
         (lambda c: c.enqueue_batch([{"kind": "k", "after": [-1]}]), InvalidArgument, "parent"),
+        (lambda c: c.enqueue("k", unique_key="u", sequence="s"), InvalidArgument, "combined"),
     ],
 )
 def test_bad_enqueue_input_raises_one_clear_error(
@@ -181,6 +182,7 @@ def test_a_client_serializer_encodes_other_types(dsn: str) -> None:
         ("SELECT postroom.enqueue('k', after => ARRAY[424242])", "parent job 424242 not found"),
         ("SELECT postroom.enqueue('k', on_parent_failure => 'x')", "invalid on_parent_failure"),
         ("SELECT postroom.enqueue(NULL)", "invalid job kind name NULL"),
+        ("SELECT postroom.enqueue('k', unique_key => 'u', sequence => 's')", "cannot be combined"),
     ],
 )
 def test_sql_enqueue_rejects_bad_input_with_one_clear_error(
@@ -207,3 +209,19 @@ def test_sql_enqueue_takes_jsonb_or_text_without_casts(client: postroom.Client, 
     assert (client.get_job(by_json[0]).args, client.get_job(by_json[0]).queue) == ({"n": 2}, "q")
     assert client.get_job(literal[0]).args == {"n": 3}
     assert client.get_job(bare[0]).args == {}
+
+
+def test_types_shared_by_the_twins_are_one_class() -> None:
+    from postroom.queue import jobs, jobs_async
+
+    for name in ("JobRequest", "JobOptions", "Schedule"):
+        assert vars(jobs)[name] is vars(jobs_async)[name], name
+    assert vars(jobs)["JobRequest"] is postroom.JobRequest
+
+
+def test_a_list_as_args_of_a_registered_kind_is_refused(client: postroom.Client) -> None:
+    @client.job("registered")
+    def registered(n: int) -> None: ...
+
+    with pytest.raises(InvalidType, match="args of job 'registered' must be a mapping"):
+        client.enqueue("registered", [1, 2])  # type: ignore[arg-type]

@@ -104,7 +104,8 @@ def test_retries_follow_the_backoff_then_fail(any_client: postroom.Client) -> No
 
     job = flaky.enqueue()
     with running(worker(any_client)):
-        wait_for(lambda: any_client.get_job(job.id).state == "failed", what="the job to fail")
+        with pytest.raises(JobFailed):
+            job.result(timeout=30)
     gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert len(attempts) == 3
     assert gaps[0] >= 0.2 - 0.01 and gaps[1] >= 0.4 - 0.01
@@ -182,7 +183,8 @@ def test_timeout_interrupts_a_sync_job(any_client: postroom.Client) -> None:
 
     job = stuck.enqueue()
     with running(worker(any_client)):
-        wait_for(lambda: any_client.get_job(job.id).state == "failed", what="the timeout")
+        with pytest.raises(JobFailed, match="timed out"):
+            job.result(timeout=30)
     info = any_client.get_job(job.id)
     assert info.last_error == "JobTimeout: timed out after 0.3 s"
     assert cleaned == [True]
@@ -195,11 +197,13 @@ def test_cancel_a_ready_job(any_client: postroom.Client) -> None:
     def later() -> None:
         ran.append(1)
 
-    job = later.enqueue(delay=0.2)
+    job = later.enqueue()  # due now
+    scheduled = later.enqueue(delay=3600)
     assert any_client.cancel_job(job.id) == "ready"
-    time.sleep(0.3)  # past its run_at: it would be due now
+    assert any_client.cancel_job(scheduled.id) == "ready"
     worker(any_client).run(burst=True, handle_signals=False)
     assert ran == []
+    assert any_client.get_job(scheduled.id).state == "cancelled"
     assert any_client.get_job(job.id).state == "cancelled"
     with pytest.raises(JobCancelled):
         job.result(timeout=1)
@@ -225,7 +229,8 @@ def test_cancel_a_running_job(any_client: postroom.Client) -> None:
     with running(worker(any_client, heartbeat=0.5)):
         assert started.wait(10)
         assert job.cancel() == "running"
-        wait_for(lambda: any_client.get_job(job.id).state == "cancelled", what="the cancellation")
+        with pytest.raises(JobCancelled):
+            job.result(timeout=30)
     assert interrupted == ["cancelled"]
 
 
@@ -439,8 +444,10 @@ def test_rescue_fails_a_crashed_job_without_attempts_left(
         raise AssertionError("must not run")
 
     with running(worker(any_client, rescue_interval=0.05)):
-        wait_for(lambda: any_client.get_job(job.id).state == "failed", what="the rescue")
-        wait_for(lambda: any_client.get_job(cancelled.id).state == "cancelled", what="the cancel")
+        with pytest.raises(JobFailed, match="lease expired"):
+            job.result(timeout=30)
+        with pytest.raises(JobCancelled):
+            cancelled.result(timeout=30)
     info = any_client.get_job(job.id)
     assert info.attempts == 1
     assert info.last_error == "lease expired: worker ghost stopped heartbeating during attempt 1"

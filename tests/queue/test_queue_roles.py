@@ -13,7 +13,7 @@ from psycopg.conninfo import make_conninfo
 
 import postroom
 
-from .helpers import running
+from .helpers import running, wait_for
 
 
 @pytest.fixture
@@ -83,3 +83,37 @@ def test_enqueuer_role_enqueues_and_waits_through_functions_only(
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             enqueuer.get_job(plain.id)
     assert client.get_job(after.id).state == "done"
+
+
+def test_worker_role_runs_cron_and_workflow_jobs(client: postroom.Client, role: str) -> None:
+    """A role granted only "worker": the scheduler enqueues through enqueue_batch, and the
+    workflow triggers (release, hold, cancel) run with the worker's rights."""
+    parent = client.enqueue("ok")
+    child = client.enqueue("ok", after=[parent])
+    failing = client.enqueue("bad", max_attempts=1)
+    held = client.enqueue("ok", after=[failing])
+    dropped = client.enqueue("ok", after=[failing], on_parent_failure="cancel")
+    client.grant(role, "worker")
+    with postroom.connect(make_conninfo(client.conninfo, user=role)) as runner:
+        ticks: list[int] = []
+
+        @runner.periodic("* * * * * *")  # every second
+        @runner.job("tick")
+        def tick() -> None:
+            ticks.append(1)
+
+        @runner.job("ok")
+        def ok() -> str:
+            return "ok"
+
+        @runner.job("bad")
+        def bad() -> None:
+            raise RuntimeError("bad")
+
+        with running(runner.worker(["default"], poll_interval=0.05)):
+            assert client.job_handle(child.id).result(timeout=30) == "ok"
+            with pytest.raises(postroom.errors.JobCancelled):
+                client.job_handle(dropped.id).result(timeout=30)
+            assert client.get_job(held.id).state == "held"
+            wait_for(lambda: ticks, 15, "a cron tick enqueued and run by the worker role")
+    assert client.list_jobs(kind="tick")

@@ -15,8 +15,8 @@ import pytest
 import postroom
 from postroom.errors import JobFailed, WorkerCrashed
 from postroom.queue import completer as completer_sync
-from postroom.queue import completer_async, heartbeat, worker_async
-from postroom.queue import worker as worker_sync
+from postroom.queue import completer_async, heartbeat, runner_async
+from postroom.queue import runner as runner_sync
 from postroom.queue.outcomes import Outcome
 
 from .helpers import query, running, wait_for
@@ -99,7 +99,7 @@ def test_an_outcome_the_database_refuses_fails_only_its_job(
 ) -> None:
     """Past the checks (here: a result JSON text with \\u0000, which jsonb refuses), the
     write-back stores the failure with the database's reason and writes the rest."""
-    module = worker_sync if flavour == "sync" else worker_async
+    module = runner_sync if flavour == "sync" else runner_async
 
     def unchecked(job: Any, value: Any, *_: Any) -> Outcome:
         return Outcome(job, "done", result=json.dumps(value))

@@ -1,7 +1,8 @@
 """A worker process for the multi-process queue tests: ``python -m tests.queue.workerapp DSN``.
 
 Its jobs record each run in the test database's ``runs`` table (created by the tests) on a
-connection of their own, so the tests can wait for events instead of sleeping.
+connection of their own, and signal it (a notification on channel 'runs', payload
+``n:phase:pid``), so the tests wait for events instead of sleeping or polling.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ PID = os.getpid()
 
 
 def record(n: int, phase: str) -> None:
-    with psycopg.connect(options.dsn, autocommit=True) as conn:
+    """Store the run and signal it to the test (``tests.signals.Signals`` on channel 'runs')."""
+    with psycopg.connect(options.dsn, autocommit=True) as conn, conn.transaction():
         conn.execute("INSERT INTO runs (n, pid, phase) VALUES (%s, %s, %s)", (n, PID, phase))
+        conn.execute("SELECT pg_notify('runs', %s)", (f"{n}:{phase}:{PID}",))
 
 
 @client.job("record")

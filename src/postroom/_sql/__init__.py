@@ -136,10 +136,10 @@ def migrations() -> list[Migration]:
 
 
 def all_queries() -> dict[str, LiteralString]:
-    """The named queries of every ``*.sql`` file next to this module."""
+    """The named queries of every ``*.sql`` file next to this module (``schema.sql`` holds none)."""
     queries: dict[str, LiteralString] = {}
     for entry in sorted(resources.files(__package__).iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".sql"):
+        if entry.name.endswith(".sql") and entry.name != "schema.sql":
             for name, text in load_queries(entry.name).items():
                 if name in queries:
                     raise ValueError(f"query {name!r} is defined in two .sql files")

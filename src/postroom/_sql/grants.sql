@@ -1,21 +1,35 @@
 -- Least-privilege grants: one named statement per capability, `{role}` rendered as a quoted
--- identifier. SECURITY INVOKER functions (publish, publish_batch) run with the caller's rights,
--- so the table grants below are what they need too.
+-- identifier. Writes go through SECURITY DEFINER functions (search_path pinned, EXECUTE revoked
+-- from PUBLIC in the migrations), so no role gets a right that could rewrite a counter, plant a
+-- message or move a cursor backward.
 
 -- name: grant_producer
--- Publish to any topic: read topic metadata, advance counter rows, insert messages.
+-- Publish to any topic: read topic names and partition counts, reserve offsets and copy messages
+-- into them (a trigger refuses rows outside this transaction's reservation), the SQL publish API.
+-- No UPDATE or DELETE anywhere, no SELECT on messages.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.topics TO {role};
-GRANT SELECT, UPDATE (next_offset) ON {schema}.partitions TO {role};
 GRANT INSERT ON {schema}.messages TO {role};
+GRANT EXECUTE ON FUNCTION
+    {schema}.reserve_offsets(integer[], integer[], bigint[]),
+    {schema}.publish_batch(text, bytea[], bytea[], jsonb[]),
+    {schema}.publish_batch(text, text[], text[], jsonb[]),
+    {schema}.publish_batch(text, jsonb[], text[], jsonb[]),
+    {schema}.publish(text, bytea, bytea, jsonb),
+    {schema}.publish(text, text, text, jsonb),
+    {schema}.publish(text, jsonb, text, jsonb)
+TO {role};
 
 -- name: grant_consumer
--- Consume any topic in any group: read messages and metadata, keep the group's cursors.
+-- Consume any topic in any group: read messages, topics, counters and cursors; create cursors,
+-- move them forward and claim ranges through functions. No table writes.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.topics, {schema}.partitions, {schema}.messages,
-                {schema}.messages_view TO {role};
-GRANT SELECT, INSERT, UPDATE (next_offset, updated_at) ON {schema}.cursors TO {role};
+                {schema}.messages_view, {schema}.cursors TO {role};
 GRANT EXECUTE ON FUNCTION
+    {schema}.ensure_cursors(text, integer[], integer[], text),
+    {schema}.commit_cursors(text, integer[], integer[], bigint[]),
+    {schema}.claim_range(text, integer[], integer[], integer),
     {schema}.group_heartbeat(text, text, integer[], integer, boolean),
     {schema}.group_lock(text),
     {schema}.group_holders(text, integer[]),
@@ -64,3 +78,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.finished_jobs,
     {schema}.job_limits, {schema}.job_schedules TO {role};
 GRANT SELECT ON {schema}.all_jobs, {schema}.queue_pauses TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_dependencies TO {role};
+GRANT EXECUTE ON FUNCTION
+    {schema}.enqueue_batch(text[], text[], text[], smallint[], timestamptz[], float8[],
+                           integer[], text[]),
+    {schema}.unique_key_holders(text[]),
+    {schema}.job_outcome(bigint)
+TO {role};

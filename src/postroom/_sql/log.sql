@@ -9,10 +9,6 @@ SELECT {schema}.create_topic(%(name)s, %(partitions)s, %(retention)s::interval);
 -- A topic's id and partition count (no locks).
 SELECT id, partitions FROM {schema}.topics WHERE name = %(name)s;
 
--- name: topics_by_ids
--- Names and partition counts of the given topic ids (no locks).
-SELECT id, name, partitions FROM {schema}.topics WHERE id = ANY(%(ids)s::integer[]);
-
 -- name: list_topics
 -- Every topic with its partition count, retention and total messages ever written (no locks).
 SELECT t.name, t.partitions, t.retention, t.created_at,
@@ -70,36 +66,15 @@ INSERT INTO {schema}.partitions (topic_id, partition)
 SELECT %(topic_id)s, p FROM generate_series(%(current)s::integer, %(total)s::integer - 1) AS p;
 
 -- name: reserve_offsets
--- Reserves %(counts)s offsets on each given partition's counter row and returns the first of
--- each range. Counter rows are locked in ascending (topic_id, partition) order (the sorted
--- FOR UPDATE), so concurrent writers cannot deadlock; the locks last until the transaction
--- ends, which orders writers by commit: the messages are then copied in at those offsets
--- (copy_messages) in the same transaction. A partition missing from the result was deleted.
--- Sends the consumers' wake-up hint, delivered at commit.
-WITH wanted AS (
-    SELECT a.topic_id, a.partition, a.n
-    FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[], %(counts)s::bigint[])
-         AS a(topic_id, partition, n)
-), locked AS (
-    SELECT p.topic_id, p.partition
-    FROM {schema}.partitions p
-    JOIN wanted w ON w.topic_id = p.topic_id AND w.partition = p.partition
-    ORDER BY p.topic_id, p.partition
-    FOR UPDATE OF p
-), reserved AS (
-    UPDATE {schema}.partitions p
-    SET next_offset = p.next_offset + w.n
-    FROM locked l, wanted w
-    WHERE p.topic_id = l.topic_id AND p.partition = l.partition
-      AND w.topic_id = l.topic_id AND w.partition = l.partition
-    RETURNING p.topic_id, p.partition, p.next_offset - w.n AS first_offset
-), notified AS (
-    SELECT pg_notify('postroom', d.topic_id::text)
-    FROM (SELECT DISTINCT topic_id FROM wanted) AS d
-)
-SELECT r.topic_id, r.partition, r.first_offset, (SELECT count(*) FROM notified) AS notified
-FROM reserved r
-ORDER BY r.topic_id, r.partition;
+-- Reserves the given count of offsets on each given partition for this transaction and returns the first
+-- of each range (SQL function reserve_offsets, migration 0003: counter rows locked FOR UPDATE in
+-- ascending (topic_id, partition) order until the transaction ends, which orders writers by
+-- commit). The messages are then copied in at those offsets (copy_messages) in the same
+-- transaction; a trigger refuses rows outside the reserved ranges. A partition missing from the
+-- result was deleted. Sends the consumers' wake-up hint, delivered at commit.
+SELECT topic_id, partition, first_offset
+FROM {schema}.reserve_offsets(%(topic_ids)s::integer[], %(partitions)s::integer[],
+                              %(counts)s::bigint[]);
 
 -- name: copy_messages
 -- Binary COPY of messages at offsets reserved by reserve_offsets in the same transaction:
@@ -113,28 +88,11 @@ SELECT next_offset FROM {schema}.partitions
 WHERE topic_id = %(topic_id)s AND partition = %(partition)s;
 
 -- name: ensure_cursors
--- Creates missing cursors of a group at the earliest retained or the latest offset; a partition
--- added to a topic the group already reads starts at the earliest (its messages are new to the
--- group, whatever the reset policy). Existing cursors are filtered out first: a unique-index
--- check on a cursor that another member's open transaction is advancing would otherwise wait.
-INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
-SELECT %(group)s, p.topic_id, p.partition,
-       CASE WHEN %(reset)s = 'latest' AND NOT EXISTS (
-                SELECT FROM {schema}.cursors k
-                WHERE k.group_name = %(group)s AND k.topic_id = p.topic_id)
-            THEN p.next_offset
-            ELSE coalesce((SELECT min(m."offset") FROM {schema}.messages m
-                           WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
-                          p.next_offset)
-       END
-FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[]) AS a(topic_id, partition)
-JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
-WHERE NOT EXISTS (
-    SELECT FROM {schema}.cursors c
-    WHERE c.group_name = %(group)s AND c.topic_id = p.topic_id AND c.partition = p.partition
-)
-ORDER BY p.topic_id, p.partition
-ON CONFLICT DO NOTHING;
+-- Creates missing cursors of a group at the earliest retained or the latest offset, a partition
+-- new to a group that reads its topic at the earliest (SQL function ensure_cursors, migrations
+-- 0003 and 0004: inserts only, no waits on cursors other members advance).
+SELECT {schema}.ensure_cursors(%(group)s, %(topic_ids)s::integer[], %(partitions)s::integer[],
+                               %(reset)s);
 
 -- name: read_cursors
 -- A group's committed next offsets for the given partitions (no locks).
@@ -243,28 +201,37 @@ ORDER BY t.name, c.partition;
 DELETE FROM {schema}.cursors WHERE group_name = %(group)s;
 
 -- name: apply_retention
--- Deletes, in every partition of the topics that have a retention, up to %(batch)s of the oldest
--- messages that are both older than the retention and read by every active group (a cursor
--- committed within %(group_expiry)s); expired groups do not pin the log. Row locks on the deleted
--- messages only; writers append above them and are not blocked. Returns the count deleted.
-WITH bounds AS (
+-- Deletes, in every partition of the topics that have a retention, up to the batch size of the
+-- oldest messages that are both older than the retention and read by every active group (a
+-- cursor committed within the group expiry); expired groups do not pin the log. Row locks on the
+-- deleted messages only; writers append above them and are not blocked. Returns the count.
+-- Linear: the bounds are computed once per partition (MATERIALIZED, else the planner inlines
+-- them into the delete and evaluates them per row), the search for the first unexpired message
+-- looks at one batch of offsets at most, and the delete is a primary-key range scan.
+WITH bounds AS MATERIALIZED (
     SELECT p.topic_id, p.partition,
-           least(
-               coalesce((SELECT min(c.next_offset) FROM {schema}.cursors c
-                         WHERE c.topic_id = p.topic_id AND c.partition = p.partition
-                           AND c.updated_at > now() - %(group_expiry)s::interval),
-                        p.next_offset),
-               coalesce((SELECT m."offset" FROM {schema}.messages m
-                         WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-                           AND m.created_at >= now() - t.retention
-                         ORDER BY m."offset" LIMIT 1),
-                        p.next_offset),
-               coalesce((SELECT min(m."offset") FROM {schema}.messages m
-                         WHERE m.topic_id = p.topic_id AND m.partition = p.partition), 0)
-                   + %(batch)s
-           ) AS keep_from
+           least(active.floor, coalesce(fresh."offset", batch.upto)) AS keep_from
     FROM {schema}.partitions p
     JOIN {schema}.topics t ON t.id = p.topic_id
+    CROSS JOIN LATERAL (
+        SELECT coalesce(min(c.next_offset), p.next_offset) AS floor
+        FROM {schema}.cursors c
+        WHERE c.topic_id = p.topic_id AND c.partition = p.partition
+          AND c.updated_at > now() - %(group_expiry)s::interval
+    ) active
+    CROSS JOIN LATERAL (
+        SELECT least(coalesce(min(m."offset"), p.next_offset) + %(batch)s, p.next_offset) AS upto
+        FROM {schema}.messages m
+        WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+    ) batch
+    LEFT JOIN LATERAL (
+        SELECT m."offset"
+        FROM {schema}.messages m
+        WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+          AND m."offset" < batch.upto AND m.created_at >= now() - t.retention
+        ORDER BY m."offset"
+        LIMIT 1
+    ) fresh ON true
     WHERE t.retention IS NOT NULL
 ), deleted AS (
     DELETE FROM {schema}.messages m

@@ -58,7 +58,7 @@ SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
 -- name: claim_jobs
 -- Claims up to %(limit)s due jobs of the queues for this worker under a lease (the claim_jobs
 -- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist).
-SELECT id, queue, kind, args, attempts, max_attempts
+SELECT id, queue, kind, args, attempts, max_attempts, created_at, run_at
 FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval);
 
 -- Write-backs take parallel arrays (ids, attempts, ...) and find their rows by primary key
@@ -130,20 +130,37 @@ FROM (
 WHERE j.id = c.id AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
 
 -- name: finish_cancelled_jobs
--- Moves running jobs whose cancellation took effect to finished_jobs as cancelled (row locks).
+-- Moves running jobs whose cancellation took effect (or that cancelled themselves, with a
+-- reason) to finished_jobs as cancelled (row locks). Fenced as above.
 WITH finished AS (
     DELETE FROM {schema}.jobs j
     WHERE j.id = ANY(%(ids)s::bigint[])
       AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
       AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL
-    RETURNING j.*
+    RETURNING j.*, (%(reasons)s::text[])[array_position(%(ids)s::bigint[], j.id)] AS reason
 )
 INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
                                     max_attempts, state, worker, last_error, unique_key,
                                     created_at, started_at)
 SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, 'cancelled', worker,
-       'cancelled while running', unique_key, created_at, started_at
+       coalesce(reason, 'cancelled while running'), unique_key, created_at, started_at
 FROM finished;
+
+-- name: snooze_jobs
+-- Puts snoozed jobs back to ready after their delay with their attempt given back (row locks):
+-- a snooze does not spend an attempt. Fenced as above.
+UPDATE {schema}.jobs j
+SET state = 'ready', attempts = j.attempts - 1, lease_expires_at = NULL,
+    run_at = clock_timestamp() + make_interval(secs => c.delay)
+FROM (
+    SELECT j2.id, (%(delays)s::float8[])[pos] AS delay
+    FROM {schema}.jobs j2,
+         LATERAL array_position(%(ids)s::bigint[], j2.id) AS pos
+    WHERE j2.id = ANY(%(ids)s::bigint[])
+      AND j2.attempts = (%(attempts)s::integer[])[pos]
+      AND j2.worker = %(worker)s AND j2.lease_expires_at IS NOT NULL
+) c
+WHERE j.id = c.id AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
 
 -- name: heartbeat_jobs
 -- Extends the leases of this worker's jobs (row locks; a HOT update: no index covers the
@@ -316,14 +333,29 @@ WHERE name = %(name)s;
 SELECT min(next_run_at) - clock_timestamp() FROM {schema}.job_schedules
 WHERE name = ANY(%(names)s::text[]);
 
--- name: list_schedules
--- Every periodic job with its next tick (no locks).
-SELECT name, cron, kind, queue, next_run_at, last_run_at FROM {schema}.job_schedules
-ORDER BY name;
-
 -- name: db_clock
 -- The database's clock: schedules are computed in database time (no locks).
 SELECT clock_timestamp();
+
+-- name: queues_ever_used
+-- Which of the queues have (or had, and kept) a job: one index probe or bounded scan per queue,
+-- for the start-up warning about a queue nobody uses (no locks).
+SELECT q FROM unnest(%(queues)s::text[]) AS q
+WHERE EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = q)
+   OR EXISTS (SELECT 1 FROM {schema}.finished_jobs WHERE queue = q);
+
+-- name: waiting_unregistered_kinds
+-- Kinds this worker does not register with jobs due for longer than the threshold, from at
+-- most 1000 such jobs (a bounded scan of the ready set; no locks).
+SELECT queue, kind, count(*), max(clock_timestamp() - run_at)
+FROM (
+    SELECT queue, kind, run_at FROM {schema}.jobs
+    WHERE state = 'ready' AND run_at < clock_timestamp() - %(threshold)s::interval
+      AND kind <> ALL(%(kinds)s::text[])
+    LIMIT 1000
+) AS waiting
+GROUP BY queue, kind
+ORDER BY queue, kind;
 
 -- name: listen_jobs
 -- Subscribes the worker's listener connection to enqueue and cancel wake-ups (no locks).

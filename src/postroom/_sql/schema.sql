@@ -20,6 +20,33 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}._check_reserved_offsets() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    bad record;
+
+BEGIN
+    SELECT n.topic_id, n.partition, n.lo, n.hi INTO bad
+    FROM (SELECT w.topic_id, w.partition, min(w."offset") AS lo, max(w."offset") AS hi
+          FROM written w GROUP BY w.topic_id, w.partition) AS n
+    LEFT JOIN {schema}.partitions p ON p.topic_id = n.topic_id AND p.partition = n.partition
+    WHERE p.reserved_by IS DISTINCT FROM pg_current_xact_id()
+       OR n.lo < p.reserved_from OR n.hi >= p.next_offset
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'offsets %..% of topic id % partition % were not reserved by this '
+                        'transaction: write messages with publish() or reserve_offsets()',
+                        bad.lo, bad.hi, bad.topic_id, bad.partition
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'messages_offsets_reserved';
+    END IF;
+    RETURN NULL;
+
+END;
+
+$$;
+
 CREATE TABLE {schema}.jobs (
     id bigint NOT NULL,
     queue text DEFAULT 'default'::text NOT NULL,
@@ -78,6 +105,25 @@ CREATE FUNCTION {schema}._guard_idle(p_group text, p_member text) RETURNS void
                                 WHERE m.group_name = p_group AND m.member_id = p_member),
                                10000)::text || 'ms',
                       true);
+
+$$;
+
+CREATE FUNCTION {schema}._headers_valid(headers jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN jsonb_typeof(headers) <> 'object' THEN false ELSE (
+        SELECT count(*) <= 64
+               AND coalesce(bool_and(e.name <> ''), true)
+               AND coalesce(sum(char_length(e.name) + CASE
+                       WHEN jsonb_typeof(e.value) = 'string' THEN octet_length(e.value #>> '{{}}')
+                       WHEN jsonb_typeof(e.value) = 'object' AND e.value ? 'b64'
+                            AND jsonb_typeof(e.value -> 'b64') = 'string'
+                       THEN octet_length(e.value ->> 'b64') * 3 / 4
+                            - (octet_length(e.value ->> 'b64')
+                               - octet_length(rtrim(e.value ->> 'b64', '=')))
+                       ELSE octet_length(e.value::text) END), 0) <= 65536
+        FROM jsonb_each(headers) AS e(name, value)
+    ) END;
 
 $$;
 
@@ -153,6 +199,24 @@ CREATE FUNCTION {schema}._member_live(p_group text, p_member text) RETURNS boole
 CREATE FUNCTION {schema}._mul32(a bigint, b bigint) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN (((a * (b & (65535)::bigint)) + (((a * (b >> 16)) & (65535)::bigint) << 16)) & '4294967295'::bigint);
+
+CREATE FUNCTION {schema}._note_reservation() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.next_offset > OLD.next_offset THEN
+        -- A second reservation in the same transaction extends the first.
+        IF OLD.reserved_by IS DISTINCT FROM pg_current_xact_id() THEN
+            NEW.reserved_from := OLD.next_offset;
+        END IF;
+        NEW.reserved_by := pg_current_xact_id();
+    END IF;
+    RETURN NEW;
+
+END;
+
+$$;
 
 CREATE FUNCTION {schema}._parent_dead() RETURNS trigger
     LANGUAGE plpgsql
@@ -473,12 +537,30 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}.claim_range(group_name text, topic_ids integer[], partitions integer[], max_messages integer) RETURNS TABLE(topic_id integer, partition integer, "offset" bigint, key bytea, value bytea, headers jsonb, created_at timestamp with time zone)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT * FROM {schema}.claim_batch(claim_range.group_name, NULL, topic_ids, partitions,
+                                       NULL, max_messages);
+
+$$;
+
 CREATE FUNCTION {schema}.commit(p_group text, p_topic text, p_partition integer, p_next_offset bigint) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT {schema}.commit_offsets(p_group, NULL, ARRAY[{schema}._topic_id(p_topic)],
                                    ARRAY[p_partition], NULL, ARRAY[p_next_offset]);
+
+$$;
+
+CREATE FUNCTION {schema}.commit_cursors(group_name text, topic_ids integer[], partitions integer[], offsets bigint[]) RETURNS integer
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT {schema}.commit_offsets(commit_cursors.group_name, NULL, topic_ids, partitions, NULL,
+                                   offsets);
 
 $$;
 
@@ -720,6 +802,12 @@ BEGIN
         RAISE EXCEPTION 'invalid delay %: from 0 to 3155760000 seconds (100 years)', delay
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A waiting job does not hold its key (the unique index covers ready and running jobs),
+    -- so its release could collide with another holder: the two do not mix.
+    IF unique_key IS NOT NULL AND (cardinality(parents) > 0 OR sequence_key IS NOT NULL) THEN
+        RAISE EXCEPTION 'a unique_key cannot be combined with after or sequence'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF array_position(parents, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'invalid after %: job ids, no NULL', parents
             USING ERRCODE = 'invalid_parameter_value';
@@ -805,6 +893,32 @@ BEGIN
 END;
 
 $_$;
+
+CREATE FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], partitions integer[], reset text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
+    SELECT ensure_cursors.group_name, p.topic_id, p.partition,
+           CASE WHEN reset = 'latest' AND NOT EXISTS (
+                    SELECT FROM {schema}.cursors k
+                    WHERE k.group_name = ensure_cursors.group_name AND k.topic_id = p.topic_id)
+                THEN p.next_offset
+                ELSE coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                               WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+                              p.next_offset)
+           END
+    FROM unnest(topic_ids, partitions) AS a(topic_id, partition)
+    JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+    WHERE NOT EXISTS (
+        SELECT FROM {schema}.cursors c
+        WHERE c.group_name = ensure_cursors.group_name
+          AND c.topic_id = p.topic_id AND c.partition = p.partition
+    )
+    ORDER BY p.topic_id, p.partition
+    ON CONFLICT DO NOTHING;
+
+$$;
 
 CREATE FUNCTION {schema}.group_acquire(p_group text, p_member text) RETURNS TABLE(topic_id integer, partition integer, epoch bigint, state text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1081,8 +1195,25 @@ CREATE FUNCTION {schema}.publish(topic text, value bytea, key bytea DEFAULT NULL
 
 $$;
 
+CREATE FUNCTION {schema}.publish(topic text, value jsonb, key text DEFAULT NULL::text, headers jsonb DEFAULT NULL::jsonb) RETURNS TABLE(partition integer, "offset" bigint)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM {schema}.publish_batch(topic, ARRAY[convert_to(value::text, 'UTF8')],
+                                         ARRAY[convert_to(key, 'UTF8')], ARRAY[headers]);
+
+$$;
+
+CREATE FUNCTION {schema}.publish(topic text, value text, key text DEFAULT NULL::text, headers jsonb DEFAULT NULL::jsonb) RETURNS TABLE(partition integer, "offset" bigint)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM {schema}.publish_batch(topic, ARRAY[convert_to(value, 'UTF8')],
+                                         ARRAY[convert_to(key, 'UTF8')], ARRAY[headers]);
+
+$$;
+
 CREATE FUNCTION {schema}.publish_batch(topic text, "values" bytea[], keys bytea[] DEFAULT NULL::bytea[], headers jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(partition integer, "offset" bigint)
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
     t record;
@@ -1114,7 +1245,8 @@ BEGIN
     firsts := array_fill(NULL::bigint, ARRAY[t.count]);
     FOR p IN SELECT DISTINCT x FROM unnest(parts) AS x ORDER BY 1 LOOP
         n := cardinality(array_positions(parts, p));
-        UPDATE {schema}.partitions c SET next_offset = c.next_offset + n
+        UPDATE {schema}.partitions c
+        SET next_offset = c.next_offset + n  -- partitions_note_reservation records it
         WHERE c.topic_id = t.id AND c.partition = p
         RETURNING c.next_offset - n INTO first_offset;
         firsts[p + 1] := first_offset;
@@ -1129,6 +1261,74 @@ BEGIN
     SELECT b.part, firsts[b.part + 1] + row_number() OVER (PARTITION BY b.part ORDER BY b.ord) - 1
     FROM unnest(parts) WITH ORDINALITY AS b(part, ord)
     ORDER BY b.ord;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.publish_batch(topic text, "values" jsonb[], keys text[] DEFAULT NULL::text[], headers jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(partition integer, "offset" bigint)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM {schema}.publish_batch(
+        topic,
+        (SELECT array_agg(convert_to(v::text, 'UTF8') ORDER BY o)
+         FROM unnest("values") WITH ORDINALITY AS x(v, o)),
+        (SELECT array_agg(convert_to(k, 'UTF8') ORDER BY o)
+         FROM unnest(keys) WITH ORDINALITY AS y(k, o)),
+        headers);
+
+$$;
+
+CREATE FUNCTION {schema}.publish_batch(topic text, "values" text[], keys text[] DEFAULT NULL::text[], headers jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(partition integer, "offset" bigint)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM {schema}.publish_batch(
+        topic,
+        (SELECT array_agg(convert_to(v, 'UTF8') ORDER BY o)
+         FROM unnest("values") WITH ORDINALITY AS x(v, o)),
+        (SELECT array_agg(convert_to(k, 'UTF8') ORDER BY o)
+         FROM unnest(keys) WITH ORDINALITY AS y(k, o)),
+        headers);
+
+$$;
+
+CREATE FUNCTION {schema}.reserve_offsets(topic_ids integer[], partitions integer[], counts bigint[]) RETURNS TABLE(topic_id integer, partition integer, first_offset bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF topic_ids IS NULL OR partitions IS NULL OR counts IS NULL
+       OR cardinality(topic_ids) <> cardinality(partitions)
+       OR cardinality(topic_ids) <> cardinality(counts)
+       OR EXISTS (SELECT FROM unnest(counts) AS c(n) WHERE n IS NULL OR n < 1 OR n > 10000000)
+    THEN
+        RAISE EXCEPTION 'reserve_offsets: topic_ids, partitions and counts must be arrays of '
+                        'one length, each count from 1 to 10000000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_notify('postroom', d.id::text)
+    FROM (SELECT DISTINCT t AS id FROM unnest(topic_ids) AS t) AS d;
+    RETURN QUERY
+    WITH wanted AS (
+        SELECT a.topic_id, a.partition, a.n
+        FROM unnest(topic_ids, partitions, counts) AS a(topic_id, partition, n)
+    ), locked AS (
+        SELECT p.topic_id, p.partition
+        FROM {schema}.partitions p
+        JOIN wanted w ON w.topic_id = p.topic_id AND w.partition = p.partition
+        ORDER BY p.topic_id, p.partition
+        FOR UPDATE OF p
+    ), reserved AS (
+        UPDATE {schema}.partitions p
+        SET next_offset = p.next_offset + w.n  -- partitions_note_reservation records it
+        FROM locked l, wanted w
+        WHERE p.topic_id = l.topic_id AND p.partition = l.partition
+          AND w.topic_id = l.topic_id AND w.partition = l.partition
+        RETURNING p.topic_id, p.partition, p.next_offset - w.n AS first_offset
+    )
+    SELECT r.topic_id, r.partition, r.first_offset FROM reserved r
+    ORDER BY r.topic_id, r.partition;
 
 END;
 
@@ -1381,6 +1581,8 @@ CREATE TABLE {schema}.partitions (
     topic_id integer NOT NULL,
     partition integer NOT NULL,
     next_offset bigint DEFAULT 0 NOT NULL,
+    reserved_by xid8,
+    reserved_from bigint,
     CONSTRAINT partitions_next_offset_check CHECK ((next_offset >= 0)),
     CONSTRAINT partitions_partition_check CHECK ((partition >= 0))
 )
@@ -1436,8 +1638,17 @@ ALTER TABLE ONLY {schema}.leases
 ALTER TABLE ONLY {schema}.members
     ADD CONSTRAINT members_pkey PRIMARY KEY (group_name, member_id);
 
+ALTER TABLE {schema}.messages
+    ADD CONSTRAINT messages_headers_shape CHECK (((headers IS NULL) OR ((jsonb_typeof(headers) = 'object'::text) AND (NOT (headers ? ''::text)) AND ((pg_column_size(headers) <= 512) OR {schema}._headers_valid(headers))))) NOT VALID;
+
+ALTER TABLE {schema}.messages
+    ADD CONSTRAINT messages_key_size CHECK ((octet_length(key) <= 4096)) NOT VALID;
+
 ALTER TABLE ONLY {schema}.messages
     ADD CONSTRAINT messages_pkey PRIMARY KEY (topic_id, partition, "offset");
+
+ALTER TABLE {schema}.messages
+    ADD CONSTRAINT messages_value_size CHECK ((octet_length(value) <= 1048576)) NOT VALID;
 
 ALTER TABLE ONLY {schema}.partitions
     ADD CONSTRAINT partitions_pkey PRIMARY KEY (topic_id, partition);
@@ -1470,6 +1681,10 @@ CREATE TRIGGER jobs_parent_dead AFTER UPDATE OF state ON {schema}.jobs FOR EACH 
 
 CREATE TRIGGER jobs_parent_left AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN (old.has_dependents) EXECUTE FUNCTION {schema}._parent_left();
 
+CREATE TRIGGER messages_offsets_reserved AFTER INSERT ON {schema}.messages REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION {schema}._check_reserved_offsets();
+
+CREATE TRIGGER partitions_note_reservation BEFORE UPDATE OF next_offset ON {schema}.partitions FOR EACH ROW EXECUTE FUNCTION {schema}._note_reservation();
+
 ALTER TABLE ONLY {schema}.cursors
     ADD CONSTRAINT cursors_topic_id_partition_fkey FOREIGN KEY (topic_id, partition) REFERENCES {schema}.partitions(topic_id, partition) ON DELETE CASCADE;
 
@@ -1485,9 +1700,17 @@ ALTER TABLE ONLY {schema}.members
 ALTER TABLE ONLY {schema}.partitions
     ADD CONSTRAINT partitions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES {schema}.topics(id) ON DELETE CASCADE;
 
+REVOKE ALL ON FUNCTION {schema}._check_reserved_offsets() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._note_reservation() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.claim_batch(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_limit integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}.claim_range(group_name text, topic_ids integer[], partitions integer[], max_messages integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.commit(p_group text, p_topic text, p_partition integer, p_next_offset bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.commit_cursors(group_name text, topic_ids integer[], partitions integer[], offsets bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.commit_offsets(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_offsets bigint[]) FROM PUBLIC;
 
@@ -1500,6 +1723,8 @@ REVOKE ALL ON FUNCTION {schema}.enqueue(kind text, args text, queue text, priori
 REVOKE ALL ON FUNCTION {schema}.enqueue_batch(queues text[], kinds text[], args text[], priorities smallint[], run_ats timestamp with time zone[], delays double precision[], max_attempts integer[], unique_keys text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.enqueue_job(kind text, args jsonb, queue text, priority integer, run_at timestamp with time zone, delay double precision, max_attempts integer, unique_key text, after bigint[], sequence_key text, on_parent_failure text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], partitions integer[], reset text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.group_acquire(p_group text, p_member text) FROM PUBLIC;
 
@@ -1520,6 +1745,20 @@ REVOKE ALL ON FUNCTION {schema}.job_outcome(job_id bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.lag(p_group text, p_topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.pause_queue(queue_name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.publish(topic text, value bytea, key bytea, headers jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.publish(topic text, value jsonb, key text, headers jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.publish(topic text, value text, key text, headers jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.publish_batch(topic text, "values" bytea[], keys bytea[], headers jsonb[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.publish_batch(topic text, "values" jsonb[], keys text[], headers jsonb[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.publish_batch(topic text, "values" text[], keys text[], headers jsonb[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.reserve_offsets(topic_ids integer[], partitions integer[], counts bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.resume_queue(queue_name text) FROM PUBLIC;
 

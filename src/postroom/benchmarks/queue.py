@@ -24,17 +24,12 @@ The benchmark works in its own schema (``postroom_bench_queue``), dropped and re
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -42,6 +37,9 @@ from psycopg import sql
 
 import postroom
 from postroom.embedded import resolve_url
+
+from . import _common
+from ._common import percentile, rate
 
 SCHEMA = "postroom_bench_queue"
 TARGET_ENQUEUE = 100_000.0  # jobs/s
@@ -61,25 +59,12 @@ class Settings:
     churn_batch: int = 200
 
 
-def _rate(count: int, seconds: float) -> float:
-    return count / seconds if seconds > 0 else 0.0
-
-
-def _percentile(ordered: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence."""
-    if not ordered:
-        return 0.0
-    rank = max(1, round(fraction * len(ordered) + 0.5 - 1e-9))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
 def _connect(url: str) -> postroom.Client:
     return postroom.connect(url, schema=SCHEMA)
 
 
 def _reset_schema(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+    _common.drop_schema(url, SCHEMA)
     with _connect(url) as client:
         client.migrate()
 
@@ -89,15 +74,6 @@ def _vacuum(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for table in ("jobs", "finished_jobs"):
             conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(SCHEMA, table)))
-
-
-def _server_info(url: str) -> dict[str, str]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        settings = {}
-        for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers"):
-            row = conn.execute(sql.SQL("SELECT current_setting({})").format(name)).fetchone()
-            settings[name] = "" if row is None else str(row[0])
-    return settings
 
 
 def _register(client: postroom.Client) -> None:
@@ -143,8 +119,8 @@ def measure_enqueue(url: str, settings: Settings) -> dict[str, Any]:
     return {
         "jobs": len(jobs),
         "seconds": elapsed,
-        "rate": round(_rate(len(jobs), elapsed)),
-        "server_insert_floor_rate": round(_rate(settings.jobs, floor)),
+        "rate": round(rate(len(jobs), elapsed)),
+        "server_insert_floor_rate": round(rate(settings.jobs, floor)),
     }
 
 
@@ -172,7 +148,7 @@ def measure_burn_down(url: str, settings: Settings, *, keep: bool) -> dict[str, 
     return {
         "jobs": backlog,
         "seconds": elapsed,
-        "rate": round(_rate(backlog, elapsed)),
+        "rate": round(rate(backlog, elapsed)),
         "keep_finished": keep,
         # CPU seconds of this Python process (all threads) while it drained: close to
         # `seconds` means the worker is bound by the interpreter (one core, the GIL).
@@ -205,7 +181,7 @@ def measure_reference(url: str, settings: Settings) -> dict[str, Any]:
             drained += len(rows)
         elapsed = time.perf_counter() - started
     assert drained == backlog, (drained, backlog)
-    return {"jobs": drained, "seconds": elapsed, "rate": round(_rate(drained, elapsed))}
+    return {"jobs": drained, "seconds": elapsed, "rate": round(rate(drained, elapsed))}
 
 
 def measure_sustained(url: str, settings: Settings) -> dict[str, Any]:
@@ -236,12 +212,12 @@ def measure_sustained(url: str, settings: Settings) -> dict[str, Any]:
     return {
         "jobs": count,
         "seconds": elapsed,
-        "rate": round(_rate(count, elapsed), 1),
-        "p50_ms": round(_percentile(latencies, 0.50), 2),
-        "p99_ms": round(_percentile(latencies, 0.99), 2),
+        "rate": round(rate(count, elapsed), 1),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
         "max_ms": round(latencies[-1], 2),
-        "enqueue_call_p50_ms": round(_percentile(calls, 0.50), 2),
-        "enqueue_call_p99_ms": round(_percentile(calls, 0.99), 2),
+        "enqueue_call_p50_ms": round(percentile(calls, 0.50), 2),
+        "enqueue_call_p99_ms": round(percentile(calls, 0.99), 2),
     }
 
 
@@ -297,7 +273,7 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
         "enqueued": enqueued,
         "final_dead": samples[-1]["dead"] if samples else 0,
         "final_bytes": samples[-1]["bytes"] if samples else 0,
-        "rate": round(_rate(enqueued, settings.churn_seconds)),
+        "rate": round(rate(enqueued, settings.churn_seconds)),
         "max_dead": max((s["dead"] for s in samples), default=0),
         "max_bytes": max((s["bytes"] for s in samples), default=0),
         "samples": samples,
@@ -360,13 +336,9 @@ def run(url: str | None, settings: Settings) -> dict[str, Any]:
     resolved = resolve_url(url)
     _reset_schema(resolved)
     result: dict[str, Any] = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "server": _server_info(resolved),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "psycopg": psycopg.__version__,
-        },
+        "date": _common.started_at(),
+        "server": _common.server_info(resolved),
+        "machine": _common.machine_info(),
         "settings": asdict(settings),
     }
     result["enqueue"] = measure_enqueue(resolved, settings)
@@ -408,9 +380,7 @@ def format_report(result: dict[str, Any]) -> str:
     server, machine, s = result["server"], result["machine"], result["settings"]
     lines = [
         f"postroom queue benchmark, {result['date']}",
-        f"PostgreSQL {server['server_version']} (synchronous_commit={server['synchronous_commit']},"
-        f" fsync={server['fsync']}), {machine['cpus']} CPUs, Python {machine['python']}, "
-        f"psycopg {machine['psycopg']}",
+        _common.server_line(server, machine),
         "",
         f"{'phase':<58} {'jobs':>7} {'seconds':>8} {'jobs/s':>9}",
     ]
@@ -454,14 +424,11 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
     defaults = Settings()
-    parser = argparse.ArgumentParser(
-        prog="postroom bench queue",
-        description="Benchmark the job queue (enqueue, burn-down, latency) against pure SQL.",
-    )
-    parser.add_argument(
-        "--url", help="PostgreSQL URL (default: POSTROOM_URL, DATABASE_URL, else embedded)"
+    parser = _common.parser(
+        "postroom bench queue",
+        "Benchmark the job queue (enqueue, burn-down, latency) against pure SQL.",
     )
     parser.add_argument("--jobs", type=int, default=defaults.jobs, help="backlog size")
     parser.add_argument("--claim", type=int, default=defaults.claim, help="jobs per claim")
@@ -472,15 +439,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--churn-seconds", type=float, default=0.0, help="also run a churn soak this long"
     )
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--keep-finished", type=float, default=86400.0, help=argparse.SUPPRESS)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if args.serve:
         return serve(resolve_url(args.url), args.keep_finished)
     settings = Settings(
@@ -490,13 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=1.0 if args.quick else args.seconds,
         churn_seconds=args.churn_seconds,
     )
-    result = run(args.url, settings)
-    if args.json:
-        json.dump(result, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(format_report(result))
-    return 0
+    return _common.report(run(args.url, settings), args.json, format_report)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from rich.table import Table
 import postroom
 from postroom.errors import InvalidArgument
 
+from . import worker_logging
 from .common import (
     console,
     format_duration,
@@ -254,8 +255,18 @@ def worker(
         bool, typer.Option("--poll-only", help="No LISTEN (PgBouncer transaction pooling).")
     ] = False,
     burst: Annotated[bool, typer.Option("--burst", help="Stop when no job is due.")] = False,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level", help="debug, info (a line per job start and end), warning, error."
+        ),
+    ] = "info",
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text, or json (one object per line).")
+    ] = "text",
 ) -> None:
     """Run a worker for the jobs MODULE registers, until SIGTERM or Ctrl-C."""
+    worker_logging.configure(log_level, log_format)
     url = settings(ctx).url
     if url is not None:
         os.environ["POSTROOM_URL"] = url  # for a module that calls postroom.connect()

@@ -1,7 +1,8 @@
 """Log administration: topics, consumer group cursors and retention.
 
-The client facade checks nothing here twice: it hands each call to :class:`AsyncLogAdmin`, which
-checks the arguments, runs the named queries (``_sql/log.sql``) and turns the rows into records.
+The client facade checks nothing here twice: it hands each call to the log admin (``LogAdmin``,
+``AsyncLogAdmin``), which checks the arguments, runs the named queries (``_sql/log.sql``) and
+turns the rows into records.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 # Generated from src/postroom/log/producer_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""The write path: one statement per partition batch, and the batching producer on top of it."""
+"""The write path (one ``reserve_offsets`` statement for every partition a batch writes, then one
+binary COPY) and the batching producer on top of it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from psycopg.types.string import BytesBinaryDumper
 from .._acompat import Condition, Future, Lock, gather, new_sync_future, spawn
 from .._db import Database
 from ..errors import InvalidArgument, ProducerClosed, TopicNotFound
+from .errors import log_errors
 from .metadata import TopicCache, TopicMeta
 from .partitioner import partition_for_key
 from .records import HeaderValue, Published, Record, Value, make_record
@@ -43,8 +45,9 @@ class Appender:
     def append(self, records: list[Record], conn: object = None) -> list[Published]:
         if not records:
             return []
-        with self._db.connection(conn) as db_conn:
-            return self._append(db_conn, records, use_conn=conn is not None)
+        with log_errors():
+            with self._db.connection(conn) as db_conn:
+                return self._append(db_conn, records, use_conn=conn is not None)
 
     def _append(
         self, conn: psycopg.Connection[Any], records: list[Record], *, use_conn: bool
@@ -123,15 +126,35 @@ class Appender:
             groups[(meta.id, partition)].append(index)
         return groups
 
-    def unknown_topics(self, names: set[str]) -> dict[str, TopicNotFound]:
-        """The errors for those of ``names`` that are not topics (checked on the cache)."""
-        unknown = {}
-        for name in names:
+    def check_partition(self, record: Record) -> None:
+        """Raise if ``record`` names a partition its topic does not have (metadata cached)."""
+        if record.partition is not None:
+            self._place(record, self._topics.get(record.topic), {})
+
+    def refusals(self, records: list[Record]) -> dict[int, Exception]:
+        """The errors of the ``records`` (by index) that cannot be written: unknown topic,
+        partition out of range. Checked on the metadata cache, before any write."""
+        metas: dict[str, TopicMeta | TopicNotFound] = {}
+        for name in {r.topic for r in records}:
             try:
-                self._topics.get(name)
+                metas[name] = self._topics.get(name)
             except TopicNotFound as exc:
-                unknown[name] = exc
-        return unknown
+                metas[name] = exc
+        if all(isinstance(m, TopicMeta) for m in metas.values()) and all(
+            r.partition is None for r in records
+        ):
+            return {}  # the common case: no per-record work
+        refused: dict[int, Exception] = {}
+        for index, record in enumerate(records):
+            meta = metas[record.topic]
+            if isinstance(meta, TopicNotFound):
+                refused[index] = meta
+            elif record.partition is not None and record.partition >= meta.partitions:
+                try:
+                    self._place(record, meta, {})
+                except InvalidArgument as exc:
+                    refused[index] = exc
+        return refused
 
     def _place(self, record: Record, meta: TopicMeta, sticky: dict[str, int]) -> int:
         if record.partition is not None:
@@ -163,8 +186,10 @@ class Producer:
     ``AsyncProducer`` alike: ``async with``, ``await producer.send(...)`` returns an asyncio
     future, ``await future``.
 
-    A batch that fails (say, the connection drops) fails every future in it; postroom does not
-    retry it, because the commit's outcome may be unknown and a retry could duplicate messages.
+    A message that cannot be written (its partition no longer exists, the database refuses its
+    content) fails its own future only; the rest of its batch is written. A batch that fails as
+    a whole (say, the connection drops) fails every future in it; postroom does not retry it,
+    because the commit's outcome may be unknown and a retry could duplicate messages.
     """
 
     def __init__(
@@ -199,10 +224,12 @@ class Producer:
         value: Value,
         *,
         key: bytes | str | None = None,
-        headers: dict[str, HeaderValue] | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
         partition: int | None = None,
     ) -> Future[Published]:
         record = make_record(topic, value, key, headers, partition)
+        if partition is not None:
+            self._appender.check_partition(record)
         future: Future[Published] = new_sync_future()
         with self._buffer_lock:
             if self._closed:
@@ -279,23 +306,37 @@ class Producer:
             return records, futures
 
     def _write(self, records: list[Record], futures: list[Future[Published]]) -> None:
-        """Append the batch in one transaction and resolve its futures after the commit."""
+        """Append the batch and resolve its futures after the commit. A record that cannot be
+        written fails its own future only; the rest of the batch is written."""
         try:
-            # A send to an unknown topic fails alone, not the batch it shares.
-            unknown = self._appender.unknown_topics({r.topic for r in records})
-            if unknown:
-                for record, future in zip(records, futures, strict=True):
-                    if record.topic in unknown:
-                        future.set_exception(unknown[record.topic])
-                kept = [i for i, r in enumerate(records) if r.topic not in unknown]
-                records = [records[i] for i in kept]
-                futures = [futures[i] for i in kept]
-            results = self._appender.append(records)
+            refused = self._appender.refusals(records)
+            if refused:
+                for index, exc in refused.items():
+                    futures[index].set_exception(exc)
+                records = [r for i, r in enumerate(records) if i not in refused]
+                futures = [f for i, f in enumerate(futures) if i not in refused]
+            self._append_isolating(records, futures)
         except BaseException as exc:  # noqa: BLE001 - every waiting sender gets the error
             for future in futures:
                 if not future.done():
                     future.set_exception(exc)
-        else:
-            for future, result in zip(futures, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
+
+    def _append_isolating(self, records: list[Record], futures: list[Future[Published]]) -> None:
+        """Append ``records`` in one transaction; if the database refuses a record's content
+        (a CHECK: nothing was committed, so writing again cannot duplicate), split the batch
+        in halves until the refused records stand alone and fail only their futures."""
+        if not records:
+            return
+        try:
+            results = self._appender.append(records)
+        except InvalidArgument as exc:
+            if len(records) == 1:
+                futures[0].set_exception(exc)
+                return
+            middle = len(records) // 2
+            self._append_isolating(records[:middle], futures[:middle])
+            self._append_isolating(records[middle:], futures[middle:])
+            return
+        for future, result in zip(futures, results, strict=True):
+            if not future.done():
+                future.set_result(result)

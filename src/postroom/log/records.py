@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 import re
@@ -168,7 +169,7 @@ def encode_value(value: Value) -> bytes:
     elif isinstance(value, (bytearray, memoryview)):
         data = bytes(value)
     elif isinstance(value, str):
-        data = value.encode("utf-8")
+        data = _utf8(value, "value")
     else:
         try:
             data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -188,7 +189,7 @@ def encode_key(key: bytes | str | None) -> bytes | None:
     if key is None:
         return None
     if isinstance(key, str):
-        data = key.encode("utf-8")
+        data = _utf8(key, "key")
     elif isinstance(key, (bytes, bytearray, memoryview)):
         data = bytes(key)
     else:
@@ -213,9 +214,17 @@ def encode_headers(headers: Mapping[str, HeaderValue] | None) -> dict[str, Any] 
     for name, value in headers.items():
         if not isinstance(name, str) or not name:
             raise InvalidType(f"invalid header name {name!r}: header names are non-empty str")
+        if "\x00" in name:
+            raise InvalidArgument(f"invalid header name {name!r}: NUL characters are not allowed")
+        _utf8(name, f"header name {name!r}")
         if isinstance(value, str):
+            if "\x00" in value:
+                raise InvalidArgument(
+                    f"invalid value for header {name!r}: NUL characters are not allowed in str "
+                    "headers (JSON text cannot hold them); pass bytes for binary data"
+                )
             encoded[name] = value
-            size += len(name) + len(value.encode("utf-8"))
+            size += len(name) + len(_utf8(value, f"value of header {name!r}"))
         elif isinstance(value, (bytes, bytearray)):
             encoded[name] = {"b64": base64.b64encode(value).decode("ascii")}
             size += len(name) + len(value)
@@ -229,17 +238,43 @@ def encode_headers(headers: Mapping[str, HeaderValue] | None) -> dict[str, Any] 
     return encoded
 
 
-def decode_headers(stored: dict[str, Any] | None) -> dict[str, HeaderValue]:
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` in UTF-8; a lone surrogate (from a bad decode upstream) is refused by name."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"invalid {what}: {text[exc.start : exc.end]!r} at index {exc.start} is a lone "
+            "surrogate, which UTF-8 cannot encode"
+        ) from None
+
+
+INVALID_HEADERS = "postroom.invalid-headers"
+"""The one header of a message whose stored headers are not a JSON object (only rows written
+through SQL before migration 0003 can be): its value is the stored JSON text, so the message is
+still delivered and its handler can tell."""
+
+
+def decode_headers(stored: Any) -> dict[str, HeaderValue]:
     if not stored:
-        return {}
+        return {} if stored is None or isinstance(stored, dict) else _invalid_headers(stored)
+    if not isinstance(stored, dict):
+        return _invalid_headers(stored)
     return {name: _decode_header(value) for name, value in stored.items()}
+
+
+def _invalid_headers(stored: Any) -> dict[str, HeaderValue]:
+    return {INVALID_HEADERS: json.dumps(stored, separators=(",", ":"))}
 
 
 def _decode_header(value: Any) -> HeaderValue:
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
-        return base64.b64decode(value["b64"])
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except binascii.Error:
+            pass  # not base64 after all: shown as its JSON text below
     # Written through SQL in some other JSON form: keep it readable rather than fail the read.
     return json.dumps(value, separators=(",", ":"))
 
@@ -338,3 +373,20 @@ def make_record(
         None if headers is None else encode_headers(headers),
         partition,
     )
+
+
+def batch_record(topic: str, item: Any) -> Record:
+    """One item of ``publish_batch``: a value, or a mapping with ``value`` and optional ``key``,
+    ``headers``, ``partition``."""
+    if type(item) is bytes:  # skips isinstance(item, Mapping), an ABC check: slow per item
+        return make_record(topic, item)
+    if isinstance(item, Mapping) and "value" in item:
+        extra = set(item) - {"value", "key", "headers", "partition"}
+        if extra:
+            raise InvalidArgument(
+                f"unknown message fields {sorted(extra)}: use value, key, headers, partition"
+            )
+        return make_record(
+            topic, item["value"], item.get("key"), item.get("headers"), item.get("partition")
+        )
+    return make_record(topic, item)

@@ -1,7 +1,7 @@
 # Generated from src/postroom/queue/admin_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
 """Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, and
-pausing queues. A base of ``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
+pausing queues. A base of ``Jobs``/``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
 
 from __future__ import annotations
 

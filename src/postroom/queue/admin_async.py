@@ -1,5 +1,5 @@
 """Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, and
-pausing queues. A base of ``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
+pausing queues. A base of ``Jobs``/``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
 
 from __future__ import annotations
 

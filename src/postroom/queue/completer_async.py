@@ -167,6 +167,18 @@ class AsyncCompleter:
                     **fence,
                     "ids": [o.job.id for o in cancelled],
                     "attempts": [o.job.attempt for o in cancelled],
+                    "reasons": [o.error for o in cancelled],
+                },
+            )
+        if "snooze" in by_kind:
+            snoozed = by_kind["snooze"]
+            await conn.execute(
+                self._db.q("snooze_jobs"),
+                {
+                    **fence,
+                    "ids": [o.job.id for o in snoozed],
+                    "attempts": [o.job.attempt for o in snoozed],
+                    "delays": [o.delay for o in snoozed],
                 },
             )
         if "release" in by_kind:

@@ -165,3 +165,16 @@ def _value(field: _Field, text: str, bad: object) -> int:
     if not field.low <= value <= field.high:
         raise bad("is out of range")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A periodic job: enqueue ``kind`` with ``args`` at every tick of ``cron``."""
+
+    name: str
+    cron: Cron
+    kind: str
+    args_json: str
+    queue: str
+    priority: int
+    max_attempts: int

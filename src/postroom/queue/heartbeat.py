@@ -19,7 +19,7 @@ import psycopg
 from .._acompat import Event
 from .._db import Database
 from ..errors import JobInterrupted
-from .outcomes import HeldJobs
+from .outcomes import Claimed, HeldJobs
 
 log = logging.getLogger("postroom.worker")
 
@@ -32,6 +32,7 @@ class Heartbeat:
         worker: str,
         lease: float,
         interval: float,
+        cancel_grace: float,
         held: HeldJobs,
         stopping: Event,
     ) -> None:
@@ -39,6 +40,7 @@ class Heartbeat:
         self._worker = worker
         self._lease = timedelta(seconds=lease)
         self._interval = interval
+        self._cancel_grace = cancel_grace
         self._held = held
         self._stopping = stopping
         self._now = Event()
@@ -80,5 +82,27 @@ class Heartbeat:
                         job.call.interrupt(JobInterrupted("the worker lost the job's lease"))
                 elif alive[job.id] and job.interrupt_kind is None:
                     job.interrupt_kind = "cancel"
-                    if job.call is not None:
+                    if job.context is not None:
+                        job.context.request_stop("cancelled")
+                    if job.call is not None and not job.cooperative:
                         job.call.interrupt(JobInterrupted("cancelled"))
+                self._escalate(job)
+
+    def _escalate(self, job: Claimed) -> None:
+        """Interrupt a cooperative job that was asked to stop and did not within the grace
+        period: the last resort (an exception raised in its thread, or task cancellation)."""
+        context = job.context
+        if (
+            job.cooperative
+            and job.call is not None
+            and context is not None
+            and not job.reported
+            and context.stop_overdue(self._cancel_grace)
+        ):
+            log.warning(
+                "job %s did not stop within %g s of being asked (%s); interrupting it",
+                job.id,
+                self._cancel_grace,
+                context.cancel_reason,
+            )
+            job.call.interrupt(JobInterrupted(context.cancel_reason or "cancelled"))

@@ -8,7 +8,6 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -23,7 +22,8 @@ from ..errors import (
     JobNotFound,
 )
 from .admin import JobAdmin
-from .cron import Cron, parse_cron
+from .cron import Schedule, parse_cron
+from .hooks import Hooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
@@ -41,19 +41,6 @@ ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """A periodic job: enqueue ``kind`` with ``args`` at every tick of ``cron``."""
-
-    name: str
-    cron: Cron
-    kind: str
-    args_json: str
-    queue: str
-    priority: int
-    max_attempts: int
-
-
 class Jobs(JobAdmin):
     """The queue operations on one postroom schema, and the jobs registered in this process."""
 
@@ -63,6 +50,7 @@ class Jobs(JobAdmin):
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
+        self.hooks = Hooks()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -85,9 +73,7 @@ class Jobs(JobAdmin):
             if is_coroutine and not allow_coroutines:
                 raise InvalidType(
                     f"job {kind or func.__name__!r}: {func.__name__} is a coroutine function; "
-                    # (split so the sync generator leaves the class name alone)
-                    "register coroutine functions on postroom.Async"
-                    "Client"
+                    "register coroutine functions on postroom.AsyncClient"
                 )
             name = kind if isinstance(kind, str) else func.__name__
             return self.register(make_definition(name, func, is_coroutine=is_coroutine, **options))
@@ -187,6 +173,11 @@ class Jobs(JobAdmin):
 
     def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
+        if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
+            return self.hooks.around_enqueue(self._enqueue, requests, conn)
+        return self._enqueue(requests, conn)
+
+    def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[Job]:
         if not requests:
             return []
         results: list[Enqueued] = []

@@ -6,7 +6,6 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -21,7 +20,8 @@ from ..errors import (
     JobNotFound,
 )
 from .admin_async import AsyncJobAdmin
-from .cron import Cron, parse_cron
+from .cron import Schedule, parse_cron
+from .hooks_async import AsyncHooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
     Enqueued,
@@ -39,19 +39,6 @@ ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """A periodic job: enqueue ``kind`` with ``args`` at every tick of ``cron``."""
-
-    name: str
-    cron: Cron
-    kind: str
-    args_json: str
-    queue: str
-    priority: int
-    max_attempts: int
-
-
 class AsyncJobs(AsyncJobAdmin):
     """The queue operations on one postroom schema, and the jobs registered in this process."""
 
@@ -61,6 +48,7 @@ class AsyncJobs(AsyncJobAdmin):
         self.definitions: dict[str, JobDefinition] = {}
         self.schedules: dict[str, Schedule] = {}
         self._default_options: dict[str, JobOptions] = {}
+        self.hooks = AsyncHooks()
 
     # -- registration ---------------------------------------------------------------------
 
@@ -83,9 +71,7 @@ class AsyncJobs(AsyncJobAdmin):
             if is_coroutine and not allow_coroutines:
                 raise InvalidType(
                     f"job {kind or func.__name__!r}: {func.__name__} is a coroutine function; "
-                    # (split so the sync generator leaves the class name alone)
-                    "register coroutine functions on postroom.Async"
-                    "Client"
+                    "register coroutine functions on postroom.AsyncClient"
                 )
             name = kind if isinstance(kind, str) else func.__name__
             return self.register(make_definition(name, func, is_coroutine=is_coroutine, **options))
@@ -185,6 +171,11 @@ class AsyncJobs(AsyncJobAdmin):
 
     async def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
+        if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
+            return await self.hooks.around_enqueue(self._enqueue, requests, conn)
+        return await self._enqueue(requests, conn)
+
+    async def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         if not requests:
             return []
         results: list[Enqueued] = []

@@ -7,10 +7,12 @@ import os
 import sysconfig
 import traceback
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..errors import JobInterrupted
 from .backoff import Backoff
+from .context import JobContext
 from .records import encode_result
 from .serializer import DEFAULT_SERIALIZER, Serializer
 
@@ -19,7 +21,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 # Frames that lead to a job without being the job's: postroom's own and, for a sync job on the
 # async worker, the thread pool's (the standard library's).
 _NOT_THE_JOB = (_PACKAGE_DIR, sysconfig.get_paths()["stdlib"] + os.sep)
-OutcomeKind = Literal["done", "fail", "cancelled", "release"]
+OutcomeKind = Literal["done", "fail", "cancelled", "release", "snooze"]
 InterruptKind = Literal["cancel", "shutdown", "lost"]
 
 
@@ -37,7 +39,12 @@ class Claimed:
     args: dict[str, Any]
     attempt: int
     max_attempts: int
+    enqueued_at: datetime | None = None
+    scheduled_at: datetime | None = None
     call: Interruptible | None = None
+    context: JobContext | None = None
+    cooperative: bool = False
+    """It takes its JobContext: asked to stop first, interrupted only after a grace period."""
     started: bool = False
     reported: bool = False
     interrupt_kind: InterruptKind | None = None
@@ -151,14 +158,40 @@ def unstorable(outcome: Outcome, exc: BaseException) -> Outcome:
     )
 
 
-def failure(job: Claimed, error: str, backoff: Backoff) -> Outcome:
+def failure(job: Claimed, error: str, backoff: Backoff, *, final: bool = False) -> Outcome:
     return Outcome(
         job,
         "fail",
         error=storable_text(error[-MAX_ERROR_CHARS:]),
         delay=backoff.delay(job.attempt),
-        final=job.attempt >= job.max_attempts,
+        final=final or job.attempt >= job.max_attempts,
     )
+
+
+def retryable(
+    exc: BaseException,
+    retry_on: tuple[type[BaseException], ...],
+    no_retry_on: tuple[type[BaseException], ...],
+) -> bool:
+    """Whether a job kind retries after ``exc``: not if it is one of ``no_retry_on``; if
+    ``retry_on`` is given, only if it is one of those."""
+    if no_retry_on and isinstance(exc, no_retry_on):
+        return False
+    return not retry_on or isinstance(exc, retry_on)
+
+
+def after_stop_request(job: Claimed, outcome: Outcome, backoff: Backoff) -> Outcome:
+    """The outcome of a job that was asked to stop (cancelled, timed out, worker shutting
+    down) and then returned or raised by itself: it stopped early, so it is cancelled, timed
+    out (a failed attempt) or released, whatever it returned."""
+    if outcome.kind not in ("done", "fail"):
+        return outcome
+    if job.interrupt_kind == "cancel":
+        return Outcome(job, "cancelled")
+    if job.interrupt_kind in ("shutdown", "lost"):
+        return Outcome(job, "release")
+    reason = job.context.cancel_reason if job.context is not None else None
+    return failure(job, f"JobTimeout: {reason} (the job stopped when asked)", backoff)
 
 
 def interrupted(job: Claimed, exc: JobInterrupted, backoff: Backoff) -> Outcome:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -13,6 +13,7 @@ from typing import Any, Literal
 from .._checks import check_int, check_text
 from ..errors import InvalidArgument, InvalidName, InvalidType
 from .backoff import Backoff
+from .context import JobContext
 from .options import ENQUEUE_OPTION_NAMES
 from .serializer import DEFAULT_SERIALIZER, Serializer
 
@@ -143,6 +144,10 @@ class JobDefinition:
     parameters: frozenset[str] = frozenset()
     required: frozenset[str] = frozenset()
     any_keyword: bool = True
+    takes_context: bool = False
+    """The function declares ``*, job: JobContext``: the worker passes the context."""
+    retry_on: tuple[type[BaseException], ...] = ()
+    no_retry_on: tuple[type[BaseException], ...] = ()
 
     def bind_args(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The call's arguments by parameter name; raises if they do not fit the function."""
@@ -176,12 +181,19 @@ def make_definition(
     backoff: Backoff | None = None,
     max_concurrency: int | None = None,
     rate_limit: float | None = None,
+    retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
+    no_retry_on: type[BaseException] | Iterable[type[BaseException]] | None = None,
 ) -> JobDefinition:
     """Check a registration and build its definition."""
     check_kind(kind)
     if not callable(func):
         raise InvalidType(f"job {kind!r}: expected a function, got {type(func).__name__}")
     signature = inspect.signature(func)
+    takes_context = _takes_context(kind, signature)
+    if takes_context:  # not a job argument: the worker passes it
+        signature = signature.replace(
+            parameters=[p for n, p in signature.parameters.items() if n != CONTEXT_PARAMETER]
+        )
     for name, param in signature.parameters.items():
         if name in ENQUEUE_PARAMETERS:
             raise InvalidArgument(
@@ -223,7 +235,44 @@ def make_definition(
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty
         ),
         any_keyword=any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()),
+        takes_context=takes_context,
+        retry_on=_exception_types(kind, "retry_on", retry_on),
+        no_retry_on=_exception_types(kind, "no_retry_on", no_retry_on),
     )
+
+
+CONTEXT_PARAMETER = "job"
+
+
+def _takes_context(kind: str, signature: inspect.Signature) -> bool:
+    """Whether the function asks for its :class:`JobContext` (``*, job: JobContext``)."""
+    param = signature.parameters.get(CONTEXT_PARAMETER)
+    if param is None:
+        return False
+    annotation = param.annotation
+    named = isinstance(annotation, str) and annotation.rpartition(".")[2] == "JobContext"
+    if annotation is not JobContext and not named:
+        return False
+    if param.kind is not param.KEYWORD_ONLY:
+        raise InvalidArgument(
+            f"job {kind!r}: make the JobContext parameter {CONTEXT_PARAMETER!r} keyword-only "
+            f"(after `*`): `def f(..., *, job: JobContext)`"
+        )
+    return True
+
+
+def _exception_types(
+    kind: str, what: str, types: type[BaseException] | Iterable[type[BaseException]] | None
+) -> tuple[type[BaseException], ...]:
+    if types is None:
+        return ()
+    checked: tuple[Any, ...] = (types,) if isinstance(types, type) else tuple(types)
+    for item in checked:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise InvalidType(
+                f"job {kind!r}: invalid {what} entry {item!r}: pass exception classes"
+            )
+    return checked
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,13 @@ def job_options(defaults: JobDefinition | None, options: Mapping[str, Any]) -> J
     sequence = options.get("sequence")
     if sequence is not None:
         sequence = check_unique_key(sequence, "sequence")
+    unique_key = check_unique_key(options.get("unique_key"))
+    after = _parent_ids(options.get("after"))
+    if unique_key is not None and (after or sequence is not None):
+        # A waiting job does not hold its key, so its release could collide with a holder.
+        raise InvalidArgument(
+            f"unique_key {unique_key!r} cannot be combined with after or sequence"
+        )
     return JobOptions(
         queue=check_queue(
             queue if queue is not None else (defaults.queue if defaults else DEFAULT_QUEUE)
@@ -104,8 +111,8 @@ def job_options(defaults: JobDefinition | None, options: Mapping[str, Any]) -> J
             1,
             MAX_ATTEMPTS_LIMIT,
         ),
-        unique_key=check_unique_key(options.get("unique_key")),
-        after=_parent_ids(options.get("after")),
+        unique_key=unique_key,
+        after=after,
         sequence=sequence,
         on_parent_failure=policy,
     )

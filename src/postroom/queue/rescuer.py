@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from datetime import timedelta
 
 import psycopg
 
@@ -20,6 +21,7 @@ log = logging.getLogger("postroom.worker")
 
 RESCUE_BATCH = 1000
 PURGE_INTERVAL = 60.0
+CHECK_INTERVAL = 60.0
 
 
 class Rescuer:
@@ -36,6 +38,7 @@ class Rescuer:
         keep_finished: float,
         fetcher: Fetcher,
         stopping: Event,
+        warn_after: float | None = None,
     ) -> None:
         self._db = db
         self._jobs = jobs
@@ -43,9 +46,13 @@ class Rescuer:
         self._keep_finished = keep_finished
         self._fetcher = fetcher
         self._stopping = stopping
+        self._warn_after = warn_after
+        self._warned: set[tuple[str, str]] = set()
 
     def run(self) -> None:
         next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
+        check_interval = min(CHECK_INTERVAL, self._warn_after or CHECK_INTERVAL)
+        next_check = time.monotonic() + check_interval / 2
         while not self._stopping.is_set():
             self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
             if self._stopping.is_set():
@@ -56,6 +63,9 @@ class Rescuer:
                     next_purge = time.monotonic() + PURGE_INTERVAL
                     self._jobs.purge("done", self._keep_finished)
                     self._jobs.purge("cancelled", self._keep_finished)
+                if self._warn_after is not None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + check_interval
+                    self.warn_unregistered()
             except psycopg.Error as exc:
                 log.warning("queue maintenance failed: %s", exc)
 
@@ -74,3 +84,29 @@ class Rescuer:
             log.info("returned %d jobs whose lease expired", total)
             self._fetcher.wake()
         return total
+
+    def warn_unregistered(self) -> None:
+        """Warn (once per kind) about jobs due for longer than ``warn_after`` seconds whose
+        kind this worker does not register: no worker may be running for them."""
+        assert self._warn_after is not None
+        with self._db.connection() as conn:
+            cur = conn.execute(
+                self._db.q("waiting_unregistered_kinds"),
+                {
+                    "threshold": timedelta(seconds=self._warn_after),
+                    "kinds": sorted(self._jobs.definitions),
+                },
+            )
+            rows = cur.fetchall()
+        for queue, kind, count, waited in rows:
+            if (queue, kind) in self._warned:
+                continue
+            self._warned.add((queue, kind))
+            log.warning(
+                "job kind %r (queue %r): %d job(s) due for up to %.0f s and this worker does "
+                "not register the kind; is a worker that registers it running?",
+                kind,
+                queue,
+                count,
+                waited.total_seconds(),
+            )

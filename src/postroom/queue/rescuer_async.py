@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from datetime import timedelta
 
 import psycopg
 
@@ -18,6 +19,7 @@ log = logging.getLogger("postroom.worker")
 
 RESCUE_BATCH = 1000
 PURGE_INTERVAL = 60.0
+CHECK_INTERVAL = 60.0
 
 
 class AsyncRescuer:
@@ -34,6 +36,7 @@ class AsyncRescuer:
         keep_finished: float,
         fetcher: AsyncFetcher,
         stopping: AEvent,
+        warn_after: float | None = None,
     ) -> None:
         self._db = db
         self._jobs = jobs
@@ -41,9 +44,13 @@ class AsyncRescuer:
         self._keep_finished = keep_finished
         self._fetcher = fetcher
         self._stopping = stopping
+        self._warn_after = warn_after
+        self._warned: set[tuple[str, str]] = set()
 
     async def run(self) -> None:
         next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
+        check_interval = min(CHECK_INTERVAL, self._warn_after or CHECK_INTERVAL)
+        next_check = time.monotonic() + check_interval / 2
         while not self._stopping.is_set():
             await self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
             if self._stopping.is_set():
@@ -54,6 +61,9 @@ class AsyncRescuer:
                     next_purge = time.monotonic() + PURGE_INTERVAL
                     await self._jobs.purge("done", self._keep_finished)
                     await self._jobs.purge("cancelled", self._keep_finished)
+                if self._warn_after is not None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + check_interval
+                    await self.warn_unregistered()
             except psycopg.Error as exc:
                 log.warning("queue maintenance failed: %s", exc)
 
@@ -72,3 +82,29 @@ class AsyncRescuer:
             log.info("returned %d jobs whose lease expired", total)
             await self._fetcher.wake()
         return total
+
+    async def warn_unregistered(self) -> None:
+        """Warn (once per kind) about jobs due for longer than ``warn_after`` seconds whose
+        kind this worker does not register: no worker may be running for them."""
+        assert self._warn_after is not None
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                self._db.q("waiting_unregistered_kinds"),
+                {
+                    "threshold": timedelta(seconds=self._warn_after),
+                    "kinds": sorted(self._jobs.definitions),
+                },
+            )
+            rows = await cur.fetchall()
+        for queue, kind, count, waited in rows:
+            if (queue, kind) in self._warned:
+                continue
+            self._warned.add((queue, kind))
+            log.warning(
+                "job kind %r (queue %r): %d job(s) due for up to %.0f s and this worker does "
+                "not register the kind; is a worker that registers it running?",
+                kind,
+                queue,
+                count,
+                waited.total_seconds(),
+            )

@@ -3,7 +3,8 @@
 A worker is the composition of small units (tasks here, threads in the sync twin), each the one
 owner of its state, all on the worker's own small pool:
 
-- ``concurrency`` slots run jobs, taking the next claimed job from the fetcher's buffer.
+- ``concurrency`` slots run jobs, taking the next claimed job from the fetcher's buffer; the
+  runner (``runner_async``) calls the job's function and turns how it ended into an outcome.
 - the fetcher (``fetcher_async``) claims batches for idle slots (``claim_jobs``: one statement,
   FOR UPDATE SKIP LOCKED) and commits before any job starts: no transaction is open while a
   job runs.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -32,7 +34,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._acompat import (
     AEvent,
-    AJobCall,
     JobThreads,
     agather,
     ajoin_all,
@@ -42,24 +43,16 @@ from .._acompat import (
 )
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
-from .backoff import Backoff
+from . import joblog
 from .completer_async import AsyncCompleter
-from .execution import JobExit, PreparedKind, prepare
 from .fetcher_async import AsyncFetcher
 from .heartbeat_async import AsyncHeartbeat
 from .jobs_async import AsyncJobs
 from .listener_async import AsyncListener
-from .outcomes import (
-    Claimed,
-    HeldJobs,
-    Outcome,
-    failure,
-    format_error,
-    interrupted,
-    success,
-)
+from .outcomes import HeldJobs, Outcome
 from .records import check_queues, check_seconds
 from .rescuer_async import AsyncRescuer
+from .runner_async import AsyncRunner
 from .scheduler_async import AsyncScheduler
 from .vacuum_async import AsyncVacuum
 
@@ -70,7 +63,7 @@ class AsyncWorker:
     """Runs the registered jobs of ``queues`` until stopped.
 
         worker = client.worker(queues=["email"], concurrency=8)
-        await worker.run()       # until SIGTERM/SIGINT or worker.stop()
+        worker.run()       # until SIGTERM/SIGINT or worker.stop(); awaited when async
 
     ``run()`` stops on SIGTERM or SIGINT (when called in the main thread): it stops claiming,
     gives back claimed jobs that have not started, lets running jobs finish for up to
@@ -85,7 +78,11 @@ class AsyncWorker:
     ``keep_finished`` is how long done and cancelled jobs (and their results) are kept in
     ``finished_jobs``; 0 deletes them at completion, which is fastest but leaves nothing for
     ``job.result()``. Every ``vacuum_interval`` seconds a worker vacuums the queue tables if
-    their dead rows piled up (None: leave it to autovacuum).
+    their dead rows piled up (None: leave it to autovacuum). A job that takes its
+    ``JobContext`` is asked to stop on a cancellation or timeout and interrupted only if it is
+    still running ``cancel_grace`` seconds later. The worker warns (logger
+    ``postroom.worker``) about jobs of a kind it does not register that waited longer than
+    ``warn_unregistered_after`` seconds (None: never).
     """
 
     def __init__(
@@ -103,6 +100,8 @@ class AsyncWorker:
         shutdown_grace: float | timedelta = 30.0,
         keep_finished: float | timedelta = timedelta(days=1),
         vacuum_interval: float | timedelta | None = 5.0,
+        cancel_grace: float | timedelta = 10.0,
+        warn_unregistered_after: float | timedelta | None = 300.0,
         name: str | None = None,
     ) -> None:
         self._jobs = jobs
@@ -147,6 +146,12 @@ class AsyncWorker:
             if vacuum_interval is None
             else check_seconds("vacuum_interval", vacuum_interval, allow_zero=False)
         )
+        self._cancel_grace = check_seconds("cancel_grace", cancel_grace)
+        self._warn_after = (
+            None
+            if warn_unregistered_after is None
+            else check_seconds("warn_unregistered_after", warn_unregistered_after)
+        )
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._limited = any(
             d.max_concurrency is not None or d.rate_limit is not None
@@ -161,8 +166,7 @@ class AsyncWorker:
         self._stop_requests = 0
         self._started = False
         self._crash: WorkerCrashed | None = None
-        self._exit: SystemExit | KeyboardInterrupt | None = None
-        self._kinds: dict[str, PreparedKind] = {}
+        self._runner: AsyncRunner | None = None
 
     @property
     def processed(self) -> int:
@@ -187,6 +191,9 @@ class AsyncWorker:
         db = AsyncDatabase(pool, self._jobs.db.conninfo, self._jobs.db.schema)
         restore = install_stop_handler(self.stop) if handle_signals else None
         self._threads = JobThreads(self.concurrency)
+        self._runner = AsyncRunner(
+            self._jobs, worker=self.name, threads=self._threads, stop=self.stop
+        )
         fetcher = self._fetcher = AsyncFetcher(
             db,
             worker=self.name,
@@ -211,6 +218,7 @@ class AsyncWorker:
             worker=self.name,
             lease=self._lease,
             interval=self._heartbeat,
+            cancel_grace=self._cancel_grace,
             held=self._held,
             stopping=self._stopping,
         )
@@ -226,6 +234,7 @@ class AsyncWorker:
                     keep_finished=self._keep_finished,
                     fetcher=fetcher,
                     stopping=self._stopping,
+                    warn_after=self._warn_after,
                 ),
             ),
         ]
@@ -250,6 +259,7 @@ class AsyncWorker:
         background = []
         try:
             await self._register_limits()
+            await self._warn_unused_queues(db)
             if scheduler is not None:
                 await scheduler.register()
             background = [
@@ -278,8 +288,8 @@ class AsyncWorker:
             await pool.close()
         if self._crash is not None:
             raise self._crash
-        if self._exit is not None:
-            raise self._exit
+        if self._runner is not None and self._runner.exit is not None:
+            raise self._runner.exit
 
     async def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
         """Run one of the worker's loops; if it fails, log it and stop the worker, which
@@ -331,6 +341,25 @@ class AsyncWorker:
                     "kind", definition.kind, definition.max_concurrency, definition.rate_limit, None
                 )
 
+    async def _warn_unused_queues(self, db: AsyncDatabase) -> None:
+        """Warn about a queue with no registered kind that never had a job (a typo?)."""
+        served = {d.queue for d in self._jobs.definitions.values()}
+        served |= {s.queue for s in self._jobs.schedules.values()}
+        unserved = [q for q in self.queues if q not in served]
+        if not unserved:
+            return
+        async with db.connection() as conn:
+            cur = await conn.execute(db.q("queues_ever_used"), {"queues": unserved})
+            used = {row[0] for row in await cur.fetchall()}
+        for queue in unserved:
+            if queue not in used:
+                log.warning(
+                    "queue %r: no job kind registered in this worker uses it and no job was "
+                    "ever enqueued to it; a typo? (registered queues: %s)",
+                    queue,
+                    ", ".join(sorted(served)) or "none",
+                )
+
     async def _shutdown(self, slots: list[Any]) -> None:
         assert self._fetcher is not None and self._completer is not None
         for job in await self._fetcher.stop():
@@ -340,6 +369,8 @@ class AsyncWorker:
             for job in self._held.snapshot():
                 if job.call is not None and not job.reported:
                     job.interrupt_kind = "shutdown"
+                    if job.context is not None:
+                        job.context.request_stop("the worker shut down")
                     job.call.interrupt(JobInterrupted("the worker shut down"))
             if not await ajoin_all(slots, 2.0):
                 stuck = [j for j in self._held.snapshot() if j.started and not j.reported]
@@ -352,72 +383,17 @@ class AsyncWorker:
 
     async def _slot_loop(self) -> None:
         assert self._fetcher is not None and self._completer is not None
+        assert self._runner is not None
+        execute = self._runner.execute
         while True:
             job = await self._fetcher.next_job()
             if job is None:
                 return
-            await self._completer.report(await self._execute(job))
-
-    def _prepared(self, kind: str) -> PreparedKind | None:
-        prepared = self._kinds.get(kind)
-        if prepared is None:
-            definition = self._jobs.definitions.get(kind)
-            if definition is None:
-                return None
-            prepared = self._kinds[kind] = prepare(definition)
-        return prepared
-
-    async def _execute(self, job: Claimed) -> Outcome:
-        prepared = self._prepared(job.kind)
-        job.started = True
-        if job.interrupt_kind == "cancel":
-            return Outcome(job, "cancelled")
-        if prepared is None:
-            known = ", ".join(sorted(self._jobs.definitions)) or "none"
-            return failure(
-                job,
-                f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
-                f"worker {self.name} (registered kinds: {known}); import the module that "
-                "defines it in the worker",
-                Backoff(),
-            )
-        definition = prepared.definition
-        serializer = self._jobs.serializer
-        try:
-            args = serializer.decode(job.args)
-        except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
-            return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
-        call = AJobCall(prepared.func, args, definition.timeout, self._threads)
-        job.call = call
-        try:
-            value = await call.run()
-        except JobInterrupted as exc:
-            return interrupted(job, exc, definition.backoff)
-        except JobExit as exc:
-            return self._exiting(job, exc.exc, definition.backoff)
-        except (SystemExit, KeyboardInterrupt) as exc:
-            return self._exiting(job, exc, definition.backoff)
-        except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
-            return failure(job, format_error(exc), definition.backoff)
-        return success(job, value, serializer)
-
-    def _exiting(
-        self, job: Claimed, exc: SystemExit | KeyboardInterrupt, backoff: Backoff
-    ) -> Outcome:
-        """A job asked the process to exit: its attempt fails (retried while attempts are
-        left), the worker shuts down gracefully, and ``run()`` raises ``exc`` at its end."""
-        log.warning(
-            "job %s (%s) raised %r: failing its attempt and shutting the worker down",
-            job.id,
-            job.kind,
-            exc,
-        )
-        if self._exit is None:
-            self._exit = exc
-        self.stop()
-        return failure(
-            job,
-            f"{type(exc).__name__} raised by the job: the attempt failed and worker "
-            f"{self.name} shut down\n{format_error(exc)}",
-            backoff,
-        )
+            if not joblog.enabled():
+                await self._completer.report(await execute(job))
+                continue
+            joblog.started(job)
+            started = time.monotonic()
+            outcome = await execute(job)
+            await self._completer.report(outcome)
+            joblog.finished(outcome, time.monotonic() - started)

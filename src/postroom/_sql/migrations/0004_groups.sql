@@ -532,6 +532,52 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     ORDER BY p.partition;
 $$;
 
+-- Migration 0003's cursor functions, kept for their callers but held to the same rules: a
+-- partition added to a topic a group already reads starts at the earliest offset whatever the
+-- reset policy (its messages are all new to the group), and commits and claims without a member
+-- are refused on partitions a live member holds (they were a way around fencing).
+CREATE OR REPLACE FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[],
+                                                   partitions integer[], reset text)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
+    SELECT ensure_cursors.group_name, p.topic_id, p.partition,
+           CASE WHEN reset = 'latest' AND NOT EXISTS (
+                    SELECT FROM {schema}.cursors k
+                    WHERE k.group_name = ensure_cursors.group_name AND k.topic_id = p.topic_id)
+                THEN p.next_offset
+                ELSE coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                               WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+                              p.next_offset)
+           END
+    FROM unnest(topic_ids, partitions) AS a(topic_id, partition)
+    JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+    WHERE NOT EXISTS (
+        SELECT FROM {schema}.cursors c
+        WHERE c.group_name = ensure_cursors.group_name
+          AND c.topic_id = p.topic_id AND c.partition = p.partition
+    )
+    ORDER BY p.topic_id, p.partition
+    ON CONFLICT DO NOTHING;
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.commit_cursors(group_name text, topic_ids integer[],
+                                                   partitions integer[], offsets bigint[])
+RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT {schema}.commit_offsets(commit_cursors.group_name, NULL, topic_ids, partitions, NULL,
+                                   offsets);
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.claim_range(group_name text, topic_ids integer[],
+                                                partitions integer[], max_messages integer)
+RETURNS TABLE (topic_id integer, partition integer, "offset" bigint, key bytea, value bytea,
+               headers jsonb, created_at timestamptz)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT * FROM {schema}.claim_batch(claim_range.group_name, NULL, topic_ids, partitions,
+                                       NULL, max_messages);
+$$;
+
 -- SECURITY DEFINER functions are executable by PUBLIC unless revoked; grant_consumer grants them.
 REVOKE EXECUTE ON FUNCTION
     {schema}.group_heartbeat(text, text, integer[], integer, boolean),
@@ -548,3 +594,36 @@ REVOKE EXECUTE ON FUNCTION
     {schema}.seek(text, text, integer, bigint),
     {schema}.lag(text, text)
 FROM PUBLIC;
+
+-- Roles granted "consumer" before this migration (they can run ensure_cursors) get the group
+-- functions too.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT rol.rolname FROM pg_roles rol
+        WHERE NOT rol.rolsuper
+          AND rol.oid <> (SELECT relowner FROM pg_class WHERE oid = '{schema}.cursors'::regclass)
+          AND has_function_privilege(
+                  rol.oid, '{schema}.ensure_cursors(text, integer[], integer[], text)'::regprocedure,
+                  'EXECUTE')
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s TO %I',
+            '{schema}.group_heartbeat(text, text, integer[], integer, boolean)'::regprocedure,
+            '{schema}.group_lock(text)'::regprocedure,
+            '{schema}.group_holders(text, integer[])'::regprocedure,
+            '{schema}.group_assign(text, text[], integer[], integer[], text[])'::regprocedure,
+            '{schema}.group_acquire(text, text)'::regprocedure,
+            '{schema}.group_release(text, text, integer[], integer[], bigint[])'::regprocedure,
+            '{schema}.group_leave(text, text, integer[], integer[], bigint[])'::regprocedure,
+            '{schema}.commit_offsets(text, text, integer[], integer[], bigint[], bigint[])'::regprocedure,
+            '{schema}.claim_batch(text, text, integer[], integer[], bigint[], integer)'::regprocedure,
+            '{schema}.consume(text, text, integer, integer)'::regprocedure,
+            '{schema}.commit(text, text, integer, bigint)'::regprocedure,
+            '{schema}.seek(text, text, integer, bigint)'::regprocedure,
+            '{schema}.lag(text, text)'::regprocedure,
+            r.rolname);
+    END LOOP;
+END;
+$$;

@@ -318,6 +318,12 @@ BEGIN
         RAISE EXCEPTION 'invalid delay %: from 0 to 3155760000 seconds (100 years)', delay
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A waiting job does not hold its key (the unique index covers ready and running jobs),
+    -- so its release could collide with another holder: the two do not mix.
+    IF unique_key IS NOT NULL AND (cardinality(parents) > 0 OR sequence_key IS NOT NULL) THEN
+        RAISE EXCEPTION 'a unique_key cannot be combined with after or sequence'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF array_position(parents, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'invalid after %: job ids, no NULL', parents
             USING ERRCODE = 'invalid_parameter_value';

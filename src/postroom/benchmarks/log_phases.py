@@ -1,0 +1,268 @@
+"""The phases of the log benchmark (``postroom.benchmarks.log`` runs them and reports).
+
+Each ``measure_*`` function times one phase in the benchmark's own schema and returns its
+seconds and counts; the consumer phases run their consumers in processes of their own
+(``spawn``: the functions those processes run live here, importable by name).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+import postroom
+
+from ._common import rate
+
+SCHEMA = "postroom_bench"
+TOPIC = "bench"
+LATENCY_TOPIC = "latency"
+
+
+@dataclass(frozen=True)
+class Settings:
+    messages: int = 200_000
+    value_size: int = 100
+    partitions: int = 4
+    groups: int = 5
+    producer_threads: int = 1
+    linger_ms: float = 5.0
+    batch_size: int = 10_000
+    publish_batch_size: int = 10_000
+    poll_max_messages: int = 5_000
+    latency_seconds: float = 10.0
+    latency_rate: int = 1_000
+    latency_linger_ms: float = 0.0
+    latency_commit_interval: float = 1.0
+
+
+def values_of(count: int, size: int) -> list[bytes]:
+    """``count`` distinct values of exactly ``size`` bytes."""
+    pad = b"x" * size
+    return [(b"%012d" % i + pad)[:size] for i in range(count)]
+
+
+def backlog(client: postroom.Client, topic: str) -> int:
+    return client.describe_topic(topic).high_water
+
+
+def measure_copy(url: str, values: list[bytes], partitions: int) -> float:
+    """Seconds to binary-COPY ``values`` as log rows into a plain table, commit included."""
+    table = sql.Identifier(SCHEMA, "raw_copy")
+    rows = [(1, i % partitions, i // partitions, v) for i, v in enumerate(values)]
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (topic_id integer NOT NULL, partition integer NOT NULL, "
+                '"offset" bigint NOT NULL, key bytea, value bytea NOT NULL, headers jsonb, '
+                "created_at timestamptz NOT NULL DEFAULT now())"
+            ).format(table)
+        )
+        conn.commit()
+        started = time.perf_counter()
+        copy_sql = sql.SQL(
+            'COPY {} (topic_id, partition, "offset", value) FROM STDIN (FORMAT BINARY)'
+        ).format(table)
+        with conn.cursor().copy(copy_sql) as copy:
+            copy.set_types(["integer", "integer", "bigint", "bytea"])
+            for row in rows:
+                copy.write_row(row)
+        conn.commit()
+        elapsed = time.perf_counter() - started
+        conn.execute(sql.SQL("DROP TABLE {}").format(table))
+        conn.commit()
+    return elapsed
+
+
+def measure_producer(
+    client: postroom.Client, values: list[bytes], settings: Settings
+) -> tuple[float, int]:
+    """Seconds for ``send()`` of every value from ``producer_threads`` threads, then ``flush()``;
+    and the number of messages written."""
+    before = backlog(client, TOPIC)
+    threads = max(1, settings.producer_threads)
+    chunks = [values[i::threads] for i in range(threads)]
+    with client.producer(linger_ms=settings.linger_ms, batch_size=settings.batch_size) as producer:
+        producer.send(TOPIC, b"warm-up").result()  # starts the writer; not timed
+        before += 1
+
+        def send_all(chunk: list[bytes]) -> None:
+            send = producer.send
+            for value in chunk:
+                send(TOPIC, value)
+
+        started = time.perf_counter()
+        if threads == 1:
+            send_all(chunks[0])
+        else:
+            workers = [threading.Thread(target=send_all, args=(c,)) for c in chunks]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+        producer.flush()
+        elapsed = time.perf_counter() - started
+    return elapsed, backlog(client, TOPIC) - before
+
+
+def measure_publish_batch(
+    client: postroom.Client, values: list[bytes], chunk: int
+) -> tuple[float, int]:
+    before = backlog(client, TOPIC)
+    started = time.perf_counter()
+    for i in range(0, len(values), chunk):
+        client.publish_batch(TOPIC, values[i : i + chunk])
+    elapsed = time.perf_counter() - started
+    return elapsed, backlog(client, TOPIC) - before
+
+
+def _drain(consumer: postroom.Consumer, expected: int, max_messages: int) -> int:
+    received = 0
+    idle_deadline = time.monotonic() + 10
+    while received < expected:
+        batch = consumer.poll(timeout=1.0, max_messages=max_messages)
+        if batch:
+            received += len(batch)
+            consumer.commit()
+            idle_deadline = time.monotonic() + 10
+        elif time.monotonic() > idle_deadline:
+            break  # the backlog is smaller than expected: report what was read
+    return received
+
+
+def measure_one_group(
+    client: postroom.Client, group: str, expected: int, max_messages: int
+) -> tuple[float, int]:
+    with client.consumer(group, TOPIC) as consumer:
+        consumer.assignment()  # joins and reads the cursors: setup, not timed
+        started = time.perf_counter()
+        received = _drain(consumer, expected, max_messages)
+        elapsed = time.perf_counter() - started
+    return elapsed, received
+
+
+def _group_process(
+    url: str,
+    group: str,
+    expected: int,
+    max_messages: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One consumer group in a process of its own (the N-groups phase)."""
+    with postroom.connect(url, schema=SCHEMA, min_size=1, max_size=2) as client:
+        with client.consumer(group, TOPIC) as consumer:
+            consumer.assignment()
+            barrier.wait()
+            started = time.time()
+            received = _drain(consumer, expected, max_messages)
+            results.put((group, received, started, time.time()))
+
+
+def measure_groups(
+    url: str, groups: int, expected: int, max_messages: int
+) -> tuple[float, list[int]]:
+    """Wall seconds for ``groups`` processes, one group each, to drain the backlog at once;
+    and the count each group read."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(groups + 1)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_group_process,
+            args=(url, f"bench-many-{i}", expected, max_messages, barrier, results),
+            daemon=True,
+        )
+        for i in range(groups)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        barrier.wait(timeout=60)
+        started = time.time()
+        finished = [results.get(timeout=120) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    return max(f[3] for f in finished) - started, [f[1] for f in finished]
+
+
+def _latency_process(
+    url: str, expected: int, seconds: float, commit_interval: float, barrier: Any, results: Any
+) -> None:
+    """The latency phase's consumer: stamps each message's receive time against its send time.
+
+    It commits every ``commit_interval`` seconds, as Kafka's auto-commit does (every 5 s there):
+    a commit is a durable write (a WAL flush) that blocks the poll loop for a millisecond or
+    more; at a commit per poll, or even every 100 ms, those pauses were the p99."""
+    latencies: list[int] = []
+    with postroom.connect(url, schema=SCHEMA, min_size=1, max_size=2) as client:
+        with client.consumer("bench-latency", LATENCY_TOPIC) as consumer:
+            consumer.assignment()
+            barrier.wait()
+            deadline = time.monotonic() + seconds + 10
+            next_commit = time.monotonic() + commit_interval
+            while len(latencies) < expected and time.monotonic() < deadline:
+                batch = consumer.poll(timeout=0.5, max_messages=1000)
+                received_ns = time.time_ns()
+                for message in batch:
+                    sent_ns = int.from_bytes(message.value[:8], "big")
+                    if sent_ns:  # 0: the untimed warm-up message
+                        latencies.append(received_ns - sent_ns)
+                if time.monotonic() >= next_commit:
+                    consumer.commit()
+                    next_commit = time.monotonic() + commit_interval
+            consumer.commit()
+    results.put(latencies)
+
+
+def measure_latency(
+    url: str, client: postroom.Client, settings: Settings
+) -> tuple[list[float], int, float]:
+    """Latencies in ms of messages sent at ``latency_rate`` per second for ``latency_seconds``;
+    the number sent and the achieved send rate."""
+    total = max(1, int(settings.latency_seconds * settings.latency_rate))
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    results = ctx.Queue()
+    proc = ctx.Process(
+        target=_latency_process,
+        args=(
+            url,
+            total,
+            settings.latency_seconds,
+            settings.latency_commit_interval,
+            barrier,
+            results,
+        ),
+        daemon=True,
+    )
+    proc.start()
+    pad = b"\0" * max(0, settings.value_size - 8)
+    interval = 1 / settings.latency_rate
+    try:
+        with client.producer(linger_ms=settings.latency_linger_ms) as producer:
+            producer.send(LATENCY_TOPIC, bytes(8) + pad).result()  # warm-up, not counted
+            barrier.wait(timeout=60)
+            started = next_send = time.perf_counter()
+            for _ in range(total):
+                next_send += interval
+                delay = next_send - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                producer.send(LATENCY_TOPIC, time.time_ns().to_bytes(8, "big") + pad)
+            sent_seconds = time.perf_counter() - started
+        latencies_ns: list[int] = results.get(timeout=settings.latency_seconds + 60)
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+    return sorted(ns / 1e6 for ns in latencies_ns), total, rate(total, sent_seconds)
