@@ -206,3 +206,16 @@ def test_bad_membership_input_is_refused(client: postroom.Client) -> None:
         client.consumer("g", "t", member_id="a b")
     with pytest.raises(InvalidArgument, match="invalid session_timeout -1"):
         client.consumer("g", "t", session_timeout=-1)
+
+
+def test_group_list_shows_members_and_state(client: postroom.Client) -> None:
+    client.create_topic("t")
+    with client.consumer("live", "t") as member:
+        member.commit()
+        with client.consumer("gone", "t") as other:
+            other.commit()
+        states = {g.name: (g.members, g.state) for g in client.list_groups()}
+        assert states == {"live": (1, "active"), "gone": (0, "idle")}
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        conn.execute("UPDATE postroom.cursors SET updated_at = now() - interval '8 days'")
+    assert {g.name: g.state for g in client.list_groups()} == {"live": "expired", "gone": "expired"}

@@ -162,14 +162,23 @@ SELECT partition, next_offset FROM {schema}.partitions
 WHERE topic_id = %(topic_id)s ORDER BY partition;
 
 -- name: list_groups
--- Every group with the topics it reads and its total lag (no locks).
+-- Every group with the topics it reads, its total lag, last commit, live members, and state:
+-- active (live members), idle (none), expired (none, and no commit within %(expiry)s: it no
+-- longer holds back retention at that group expiry) (no locks).
 SELECT c.group_name, array_agg(DISTINCT t.name ORDER BY t.name) AS topics,
        sum(greatest(p.next_offset - c.next_offset, 0))::bigint AS lag,
-       max(c.updated_at) AS updated_at
+       max(c.updated_at) AS updated_at,
+       coalesce(live.n, 0)::integer AS members,
+       CASE WHEN coalesce(live.n, 0) > 0 THEN 'active'
+            WHEN max(c.updated_at) < now() - %(expiry)s::interval THEN 'expired'
+            ELSE 'idle' END AS state
 FROM {schema}.cursors c
 JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
 JOIN {schema}.topics t ON t.id = c.topic_id
-GROUP BY c.group_name
+LEFT JOIN (SELECT m.group_name, count(*) AS n FROM {schema}.members m
+           WHERE m.expires_at > now() GROUP BY m.group_name) live
+  ON live.group_name = c.group_name
+GROUP BY c.group_name, live.n
 ORDER BY c.group_name;
 
 -- name: describe_group

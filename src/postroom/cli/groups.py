@@ -21,7 +21,9 @@ LAG_COLUMNS = ("group", "topic", "partition", "committed", "high-water", "lag", 
 
 @app.command("list")
 def list_(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List consumer groups (those with committed offsets) with their topics and total lag."""
+    """List consumer groups (those with committed offsets): topics, total lag, live members,
+    state (active: members; idle: none; expired: none and no commit for 7 days, so it no longer
+    holds back retention), last commit."""
     with open_client(ctx) as client:
         found = client.list_groups()
     if as_json:
@@ -30,9 +32,16 @@ def list_(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             del row["partitions"]  # always empty here: `group describe` has the partitions
         print_json(rows)
         return
-    table = Table("group", "topics", "lag", "updated")
+    table = Table("group", "topics", "lag", "members", "state", "last commit")
     for group in found:
-        table.add_row(group.name, ", ".join(group.topics), str(group.lag), when(group.updated_at))
+        table.add_row(
+            group.name,
+            ", ".join(group.topics),
+            str(group.lag),
+            str(group.members),
+            group.state,
+            when(group.updated_at),
+        )
     console.print(table if found else "no consumer groups")
 
 

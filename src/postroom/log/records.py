@@ -323,6 +323,11 @@ class GroupInfo:
     lag: int
     updated_at: datetime
     partitions: tuple[PartitionLag, ...] = ()
+    members: int = 0
+    """Live members (consumers that joined the group and heartbeat)."""
+    state: str = ""
+    """``active`` (live members), ``idle`` (none) or ``expired`` (none, and no commit within
+    the default group expiry of retention, 7 days); set by ``list_groups``."""
 
 
 class Record(NamedTuple):
