@@ -29,6 +29,8 @@ from .log.records import (
     TopicInfo,
     TopicPartition,
 )
+from .log.runner import Runner
+from .log.runner_async import AsyncRunner
 from .queue.backoff import Backoff
 from .queue.context import JobContext
 from .queue.jobs import Job, JobFunction
@@ -47,6 +49,7 @@ __all__ = [
     "AsyncJob",
     "AsyncJobFunction",
     "AsyncProducer",
+    "AsyncRunner",
     "AsyncWorker",
     "Backoff",
     "Batch",
@@ -67,6 +70,7 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Runner",
     "Serializer",
     "Snooze",
     "TopicInfo",
