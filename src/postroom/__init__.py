@@ -41,6 +41,7 @@ from .queue.requests import JobRequest
 from .queue.serializer import Serializer
 from .queue.worker import Worker
 from .queue.worker_async import AsyncWorker
+from .relay import AsyncRelay, Relay, RelayStatus, Route
 
 __all__ = [
     "AsyncBatch",
@@ -49,6 +50,7 @@ __all__ = [
     "AsyncJob",
     "AsyncJobFunction",
     "AsyncProducer",
+    "AsyncRelay",
     "AsyncRunner",
     "AsyncWorker",
     "Backoff",
@@ -70,6 +72,9 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Relay",
+    "RelayStatus",
+    "Route",
     "Runner",
     "Serializer",
     "Snooze",

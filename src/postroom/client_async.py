@@ -38,6 +38,12 @@ from .queue.options import EnqueueOptions
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
 from .queue.serializer import Serializer, check_serializer
 from .queue.worker_async import AsyncWorker
+from .relay.inbox_async import AsyncInbox, prune_inbox
+from .relay.loop import AsyncRelay
+from .relay.records import RelayStatus
+from .relay.routing import event_record
+from .relay.sinks import Sink
+from .relay.status_async import relay_status as _relay_status
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -246,6 +252,57 @@ class AsyncClient:
     async def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
         """Publish ``topic``'s dead letters to their source again, each once; returns how many."""
         return await self._dead_letters.replay(topic, group)
+
+    # -- outbox relay -----------------------------------------------------------------------
+    # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.
+
+    async def publish_event(
+        self,
+        conn: object,
+        aggregate_type: str,
+        aggregate_id: str | int,
+        event_type: str,
+        payload: Value,
+        headers: Mapping[str, HeaderValue] | None = None,
+        *,
+        topic: str = "outbox",
+    ) -> Published:
+        """Write an outbox event in the caller's transaction (``conn``; None commits at once).
+
+        Key = ``aggregate_id`` (so one aggregate's events keep their order), value =
+        ``payload`` (JSON for dicts and lists), headers ``id`` (a new UUID), ``aggregatetype``,
+        ``aggregateid``, ``type``: the columns Debezium's outbox event router reads, so
+        ``Route("debezium")`` relays it exactly as Debezium would.
+
+            async with conn.transaction():
+                await conn.execute("INSERT INTO orders ...")
+                await client.publish_event(conn, "order", 42, "OrderCreated", {"total": 10})
+        """
+        record = event_record(topic, aggregate_type, aggregate_id, event_type, payload, headers)
+        return (await self._appender.append([record], conn))[0]
+
+    def relay(self, topics: str | Iterable[str], sink: Sink | str, **options: Any) -> AsyncRelay:
+        """A relay carrying ``topics`` to ``sink`` (a URL like ``redis://127.0.0.1:6379`` or a
+        :class:`postroom.relay.Sink`); see :class:`AsyncRelay` for the options (``group``,
+        ``route``, ``batch_size``, ``max_attempts``, ...). ``relay.run()`` runs it."""
+        return AsyncRelay(self, topics, sink, **options)
+
+    def inbox(self, conn: object, name: str = "default") -> AsyncInbox:
+        """The inbox ``name`` in the transaction of ``conn``: ``seen(message_id)`` records a
+        processed message's id and says whether it was recorded before; see ``Inbox``."""
+        return AsyncInbox(self._db, conn, name)
+
+    async def prune_inbox(
+        self, older_than: timedelta, *, name: str | None = None, batch_size: int = 10000
+    ) -> int:
+        """Forget inbox ids recorded more than ``older_than`` ago (of inbox ``name``, or all);
+        returns how many. Deletes in batches of ``batch_size``, each its own transaction."""
+        return await prune_inbox(self._db, older_than, name, batch_size)
+
+    async def relay_status(self, groups: Iterable[str] | None = None) -> list[RelayStatus]:
+        """Per relay (its group; default: every group named ``relay.*``): messages pending and
+        the age of the oldest pending one, as :class:`RelayStatus`."""
+        return await _relay_status(self, groups)
 
     # -- groups -----------------------------------------------------------------------------
 

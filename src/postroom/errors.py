@@ -155,3 +155,28 @@ class Cancel(PostroomError):
     def __init__(self, reason: str = "cancelled by the job") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class MissingExtra(PostroomError, ImportError):
+    """An optional client library is not installed: the message names the extra to install."""
+
+
+class SinkError(PostroomError):
+    """A relay sink failed; the subclasses say whether the relay retries."""
+
+
+class SinkUnavailable(SinkError):
+    """The sink cannot take messages now (down, timed out, 5xx): the relay retries the same
+    batch with backoff, never skipping ahead."""
+
+
+class MessageRejected(SinkError):
+    """The sink refused one message for good (too large, refused by schema, 4xx): after
+    ``max_attempts`` the relay moves it to the dead-letter topic.
+
+    ``index`` is the message's position in the batch sent: those before it were acknowledged.
+    """
+
+    def __init__(self, message: str, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index

@@ -1491,6 +1491,14 @@ CREATE TABLE {schema}.groups (
     CONSTRAINT groups_group_name_check CHECK ((group_name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$'::text))
 );
 
+CREATE TABLE {schema}.inbox (
+    name text NOT NULL,
+    message_id text NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT inbox_message_id_check CHECK (((length(message_id) >= 1) AND (length(message_id) <= 1000))),
+    CONSTRAINT inbox_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$'::text))
+);
+
 CREATE TABLE {schema}.job_dependencies (
     parent_id bigint NOT NULL,
     job_id bigint NOT NULL,
@@ -1617,6 +1625,9 @@ ALTER TABLE ONLY {schema}.finished_jobs
 ALTER TABLE ONLY {schema}.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (group_name);
 
+ALTER TABLE ONLY {schema}.inbox
+    ADD CONSTRAINT inbox_pkey PRIMARY KEY (name, message_id);
+
 ALTER TABLE ONLY {schema}.job_dependencies
     ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (parent_id, job_id);
 
@@ -1666,6 +1677,8 @@ ALTER TABLE ONLY {schema}.topics
     ADD CONSTRAINT topics_pkey PRIMARY KEY (id);
 
 CREATE INDEX finished_jobs_finished_at_idx ON {schema}.finished_jobs USING brin (finished_at);
+
+CREATE INDEX inbox_seen_at_idx ON {schema}.inbox USING btree (name, seen_at);
 
 CREATE INDEX job_dependencies_job_idx ON {schema}.job_dependencies USING btree (job_id);
 

@@ -15,7 +15,21 @@ from typer.core import TyperGroup
 
 from postroom.errors import PostroomError
 
-from . import bench, consume, demo, dlq, embedded, groups, init, jobs, produce, queues, run, topics
+from . import (
+    bench,
+    consume,
+    demo,
+    dlq,
+    embedded,
+    groups,
+    init,
+    jobs,
+    produce,
+    queues,
+    relay,
+    run,
+    topics,
+)
 from .common import Settings, fail
 
 
@@ -110,6 +124,7 @@ app.add_typer(queues.app, name="queue")
 app.command("worker")(jobs.worker)
 app.command("run")(run.run)
 app.add_typer(dlq.app, name="dlq")
+app.command("relay")(relay.relay)
 
 
 def main() -> None:
