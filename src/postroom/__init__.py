@@ -29,6 +29,8 @@ from .log.records import (
     TopicInfo,
     TopicPartition,
 )
+from .log.runner import Runner
+from .log.runner_async import AsyncRunner
 from .queue.backoff import Backoff
 from .queue.context import JobContext
 from .queue.jobs import Job, JobFunction
@@ -49,6 +51,7 @@ __all__ = [
     "AsyncJobFunction",
     "AsyncProducer",
     "AsyncRelay",
+    "AsyncRunner",
     "AsyncWorker",
     "Backoff",
     "Batch",
@@ -72,6 +75,7 @@ __all__ = [
     "Relay",
     "RelayStatus",
     "Route",
+    "Runner",
     "Serializer",
     "Snooze",
     "TopicInfo",

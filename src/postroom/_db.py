@@ -17,7 +17,14 @@ from . import _sql
 from ._acompat import to_thread
 from ._conninfo import unavailable
 from .embedded import resolve_url
-from .errors import InvalidArgument, InvalidType, PermissionDenied, SchemaNotReady
+from .errors import (
+    Fenced,
+    InvalidArgument,
+    InvalidType,
+    OffsetOutOfRange,
+    PermissionDenied,
+    SchemaNotReady,
+)
 
 _QUERIES = _sql.all_queries()
 
@@ -162,3 +169,15 @@ class translate_errors:
                 "the capability it needs as the schema owner (client.grant(role, 'producer' | "
                 "'consumer' | 'enqueuer' | 'worker' | 'admin'))"
             ) from exc
+        # SQLSTATEs raised by postroom's own functions (migration 0004).
+        sqlstate = getattr(exc, "sqlstate", None)
+        if exc is None:
+            return
+        if sqlstate == "PRF01":
+            raise Fenced(_first_line(exc)) from exc
+        if sqlstate == "PRO01":
+            raise OffsetOutOfRange(_first_line(exc)) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0]

@@ -14,12 +14,15 @@ from ._db import Database, open_database
 from ._schema import Schema
 from .errors import InvalidName
 from .log.admin import LogAdmin
-from .log.consumer import Consumer, OffsetReset
+from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .log.consumer import Consumer
+from .log.deadletters import DeadLetters
 from .log.metadata import TopicCache
 from .log.producer import Appender, Producer
 from .log.records import (
     GroupInfo,
     HeaderValue,
+    Message,
     Published,
     TopicInfo,
     TopicPartition,
@@ -27,6 +30,8 @@ from .log.records import (
     batch_record,
     make_record,
 )
+from .log.runner import Runner
+from .log.subscription import Subscriptions
 from .queue.backoff import Backoff
 from .queue.cron import parse_cron
 from .queue.jobs import Job, JobFunction, Jobs
@@ -89,6 +94,8 @@ class Client:
         self._appender = Appender(db, self._topics)
         self._admin = LogAdmin(db, self._topics)
         self._schema = Schema(db)
+        self._subscriptions = Subscriptions()
+        self._dead_letters = DeadLetters(self)
 
     @property
     def schema(self) -> str:
@@ -200,13 +207,17 @@ class Client:
 
     def consumer(
         self,
-        group: str,
+        group: str | None,
         topics: str | Iterable[str],
         *,
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
+        member_id: str | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        on_assign: Callable[[set[TopicPartition]], Any] | None = None,
+        on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
-        """A member of consumer group ``group``; see ``Consumer``/``AsyncConsumer``."""
+        """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
         return Consumer(
             self._db,
             self._topics,
@@ -214,7 +225,34 @@ class Client:
             [topics] if isinstance(topics, str) else topics,
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
+            member_id=member_id,
+            session_timeout=session_timeout,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
         )
+
+    def subscribe(
+        self, topics: str | Iterable[str], *, group: str, **options: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a handler that ``runner()`` (or ``postroom run MODULE``) runs as members of
+        ``group``; returns it unchanged. Options: see ``postroom.log.subscription.Subscription``.
+
+            @client.subscribe("orders", group="billing", transactional=True)
+            async def bill(message, conn): ...
+        """
+        return self._subscriptions.decorator(topics, group, options)
+
+    def runner(self) -> Runner:
+        """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
+        return Runner(self, self._subscriptions.items)
+
+    def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
+        """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
+        return self._dead_letters.list(topic, limit)
+
+    def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
+        """Publish ``topic``'s dead letters to their source again, each once; returns how many."""
+        return self._dead_letters.replay(topic, group)
 
     # -- outbox relay -----------------------------------------------------------------------
     # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.

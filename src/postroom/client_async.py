@@ -13,12 +13,15 @@ from ._db_async import AsyncDatabase, open_database
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
 from .log.admin_async import AsyncLogAdmin
-from .log.consumer_async import AsyncConsumer, OffsetReset
+from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .log.consumer_async import AsyncConsumer
+from .log.deadletters_async import AsyncDeadLetters
 from .log.metadata_async import AsyncTopicCache
 from .log.producer_async import AsyncAppender, AsyncProducer
 from .log.records import (
     GroupInfo,
     HeaderValue,
+    Message,
     Published,
     TopicInfo,
     TopicPartition,
@@ -26,6 +29,8 @@ from .log.records import (
     batch_record,
     make_record,
 )
+from .log.runner_async import AsyncRunner
+from .log.subscription import Subscriptions
 from .queue.backoff import Backoff
 from .queue.cron import parse_cron
 from .queue.jobs_async import AsyncJob, AsyncJobFunction, AsyncJobs
@@ -88,6 +93,8 @@ class AsyncClient:
         self._appender = AsyncAppender(db, self._topics)
         self._admin = AsyncLogAdmin(db, self._topics)
         self._schema = AsyncSchema(db)
+        self._subscriptions = Subscriptions()
+        self._dead_letters = AsyncDeadLetters(self)
 
     @property
     def schema(self) -> str:
@@ -199,13 +206,17 @@ class AsyncClient:
 
     def consumer(
         self,
-        group: str,
+        group: str | None,
         topics: str | Iterable[str],
         *,
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
+        member_id: str | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        on_assign: Callable[[set[TopicPartition]], Any] | None = None,
+        on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> AsyncConsumer:
-        """A member of consumer group ``group``; see ``Consumer``/``AsyncConsumer``."""
+        """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
         return AsyncConsumer(
             self._db,
             self._topics,
@@ -213,7 +224,34 @@ class AsyncClient:
             [topics] if isinstance(topics, str) else topics,
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
+            member_id=member_id,
+            session_timeout=session_timeout,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
         )
+
+    def subscribe(
+        self, topics: str | Iterable[str], *, group: str, **options: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a handler that ``runner()`` (or ``postroom run MODULE``) runs as members of
+        ``group``; returns it unchanged. Options: see ``postroom.log.subscription.Subscription``.
+
+            @client.subscribe("orders", group="billing", transactional=True)
+            async def bill(message, conn): ...
+        """
+        return self._subscriptions.decorator(topics, group, options)
+
+    def runner(self) -> AsyncRunner:
+        """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
+        return AsyncRunner(self, self._subscriptions.items)
+
+    async def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
+        """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
+        return await self._dead_letters.list(topic, limit)
+
+    async def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
+        """Publish ``topic``'s dead letters to their source again, each once; returns how many."""
+        return await self._dead_letters.replay(topic, group)
 
     # -- outbox relay -----------------------------------------------------------------------
     # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.

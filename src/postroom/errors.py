@@ -100,6 +100,18 @@ class DatabaseUnavailable(PostroomError):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
 
 
+class Fenced(PostroomError):
+    """A consumer group member no longer holds a partition (its session expired, e.g. after a
+    long pause, or the partition was handed to another member): its commit or claim was refused
+    and the group's cursor did not move. Like Kafka's ``CommitFailedError``; the partition's
+    new owner goes on from the committed cursor."""
+
+
+class TransactionAborted(PostroomError):
+    """The transaction of a ``consumer.transaction()`` block was aborted by a database error
+    that the block caught: nothing was committed, and the batch will be delivered again."""
+
+
 class RoleNotFound(NotFound):
     """``grant()`` named a database role that does not exist."""
 
