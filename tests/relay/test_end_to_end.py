@@ -10,6 +10,7 @@ per-key order survives it; test_processes.py checks how few there are.
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from typing import Any
 
@@ -40,7 +41,8 @@ def drain(client: postroom.Client, dsn: str, topic: str, url: str, total: int, *
     try:
         wait_until(lambda: group_lag(client, "relay.e2e") == 0, timeout=240, interval=0.2)
     finally:
-        stop_relays(procs)
+        for err in stop_relays(procs):
+            sys.stderr.write(err)  # the relays' logs, shown with a failure
     return committed
 
 
