@@ -94,6 +94,10 @@ class AssignedPartitions:
         self._seen_version = -1
         self._idle_revoked: set[TopicPartition] = set()
         self._lost: set[TopicPartition] = set()
+        # Partitions lost with a batch in flight: the position that batch reached. A commit of
+        # offsets up to it, beyond what the current assignment read, carries the old epoch's
+        # batch and is refused (see ``_check_read``).
+        self._stale: dict[TopicPartition, int] = {}
         self._in_transaction = False
         self._claim_start = 0
         self._fetch_start = 0
@@ -240,6 +244,20 @@ class AssignedPartitions:
         self._assigned.pop(assigned.tp, None)
         self._by_id.pop((assigned.meta.id, assigned.partition), None)
         self._lost.add(assigned.tp)
+        if assigned.position > assigned.committed:
+            self._stale[assigned.tp] = max(self._stale.get(assigned.tp, 0), assigned.position)
+
+    def _check_read(self, assigned: _Assigned, offset: int) -> None:
+        """Refuse committing ``offset`` if only an earlier, lost assignment of the partition
+        read up to it: those messages were polled under an epoch this member no longer holds
+        (the new owner meanwhile may have read them again from the cursor)."""
+        stale = self._stale.get(assigned.tp)
+        if stale is not None and assigned.position < offset <= stale:
+            raise Fenced(
+                f"offset {offset} of partition {assigned.tp.topic}/{assigned.tp.partition} was "
+                f"read under an assignment member {self.member_id!r} of group {self.group!r} "
+                f"lost since; the current one has read up to {assigned.position}"
+            )
 
     @staticmethod
     def _call(hook: Callable[[set[TopicPartition]], Any] | None, tps: set[TopicPartition]) -> None:

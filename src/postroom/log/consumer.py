@@ -143,6 +143,7 @@ class Consumer(AssignedPartitions):
             params = {**self._id_arrays(assigned), "positions": [a.position for a in assigned]}
         if not assigned:
             return
+        fetched = {(a.meta.id, a.partition): a for a in assigned}
         with self._db.connection() as conn:
             cur = conn.execute(
                 self._db.q("fetch_messages"),
@@ -159,8 +160,10 @@ class Consumer(AssignedPartitions):
             if current != (topic_id, partition):
                 current = (topic_id, partition)
                 target = self._by_id.get(current)
-                if target is None:
-                    append = None  # handed over meanwhile
+                if target is None or target is not fetched.get(current):
+                    # Handed over meanwhile (or taken again, at the cursor): these rows were
+                    # fetched from the old position, for the old assignment only.
+                    append = None
                 else:
                     append, name = target.buffer.append, target.meta.name
             if append is not None:
@@ -238,7 +241,11 @@ class Consumer(AssignedPartitions):
         (use ``Client.reset_group`` to go back). A member that lost a partition (session
         expired, handed over) gets :class:`Fenced` and nothing of the call is stored."""
         self._need_group("commit")
-        self._ensure_assigned()
+        if not self._ready:
+            self._ensure_assigned()
+        # Assignment changes are applied by poll() only, never here: a partition being handed
+        # over keeps its epoch until the batch polled under it is committed, and offsets are
+        # always committed under the epoch they were read at (or refused as Fenced).
         with self._lock:
             if offsets is None:
                 chosen = list(self._assigned.values())
@@ -246,6 +253,8 @@ class Consumer(AssignedPartitions):
             else:
                 chosen = [self._get(tp) for tp in offsets]
                 values = [check_offset(v) for v in offsets.values()]
+                for assigned, value in zip(chosen, values, strict=True):
+                    self._check_read(assigned, value)
         if not chosen:
             return
         with self._db.connection() as conn:
