@@ -125,17 +125,22 @@ class Client:
         to call from many processes at once (they serialize on an advisory lock)."""
         return self._schema.migrate()
 
-    def grant(self, role: str, *capabilities: str) -> None:
+    def grant(self, role: str, *capabilities: str, groups: Iterable[str] | None = None) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
-        more: ``"producer"`` (publish), ``"consumer"`` (consume, keep group cursors),
-        ``"enqueuer"`` (enqueue jobs and wait for their results, through functions only),
-        ``"worker"`` (run jobs), ``"admin"`` (everything in the schema). Run it as the schema
-        owner after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role
-        does not exist.
+        more: ``"producer"`` (publish), ``"consumer"`` (consume, keep the cursors of its own
+        groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
+        jobs), ``"admin"`` (everything in the schema). Run it as the schema owner after
+        ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does not
+        exist.
+
+        A consumer group belongs to the first non-admin role that uses it; ``groups`` shares
+        those groups with ``role`` too (with ``"consumer"``), or reserves them for it if no
+        role uses them yet. Other roles get :class:`~postroom.errors.PermissionDenied`.
 
             client.grant("orders_service", "producer")
+            client.grant("billing_audit", "consumer", groups=["billing"])
         """
-        self._schema.grant(role, capabilities)
+        self._schema.grant(role, capabilities, groups)
 
     # -- topics -----------------------------------------------------------------------------
 

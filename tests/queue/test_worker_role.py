@@ -196,3 +196,62 @@ def test_worker_role_runs_every_outcome_through_functions_only(
         ).fetchone()
         assert purged is not None and purged[0] >= 3
         assert client.get_job(other.id).state == "running"
+
+
+def test_roles_granted_worker_before_0008_lose_their_table_rights(
+    client: postroom.Client, role: str
+) -> None:
+    """An install upgraded from 0006 had workers with table rights on the queue tables;
+    migrating takes them back and grants the functions, and the worker still runs jobs."""
+    from postroom import _sql
+
+    schema = "upgraded_worker"
+    older = [m for m in _sql.migrations() if m.version < 8]
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        for migration in older:
+            conn.execute(_sql.render(migration.statement, schema))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {s}.schema_migrations (version integer PRIMARY KEY, name text NOT"
+                " NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(s=sql.Identifier(schema))
+        )
+        for migration in older:
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(
+                    sql.Identifier(schema)
+                ),
+                (migration.version, migration.name),
+            )
+        conn.execute(
+            sql.SQL(
+                # The worker grant before migration 0008:
+                "GRANT USAGE ON SCHEMA {s} TO {r};"
+                " GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.jobs, {s}.finished_jobs,"
+                " {s}.job_limits, {s}.job_schedules, {s}.job_dependencies TO {r};"
+                " GRANT SELECT ON {s}.all_jobs, {s}.queue_pauses TO {r};"
+                " GRANT EXECUTE ON FUNCTION {s}.unique_key_holders(text[]) TO {r}"
+            ).format(s=sql.Identifier(schema), r=sql.Identifier(role))
+        )
+    with postroom.connect(client.conninfo, schema=schema) as owner:
+        assert owner.migrate()[0].startswith("0008_")
+        job = owner.enqueue("ok", {"n": 1})
+        conninfo = make_conninfo(client.conninfo, user=role)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            for statement in (
+                "SELECT args FROM {}.jobs",
+                "UPDATE {}.jobs SET state = 'failed'",
+                "DELETE FROM {}.finished_jobs",
+                "SELECT * FROM {}.all_jobs",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(sql.SQL(statement).format(sql.Identifier(schema)))
+        with postroom.connect(conninfo, schema=schema) as runner:
+
+            @runner.job("ok")
+            def ok(n: int) -> int:
+                return n + 1
+
+            with running(runner.worker(["default"], poll_interval=0.05)):
+                assert owner.job_handle(job.id).result(timeout=30) == 2

@@ -100,3 +100,12 @@ GRANT EXECUTE ON FUNCTION
     {schema}.unique_key_holders(text[]),
     {schema}.job_outcome(bigint)
 TO {role};
+
+-- name: share_groups
+-- Lets role %(role)s use consumer groups %(groups)s (commit, claim, seek, join) alongside the
+-- roles that hold them already; a group nobody holds yet is then held by it. Row locks on the
+-- new group_roles rows.
+INSERT INTO {schema}.group_roles (group_name, role_oid)
+SELECT g, r.oid FROM unnest(%(groups)s::text[]) AS g, pg_roles r
+WHERE r.rolname = %(role)s
+ON CONFLICT DO NOTHING;

@@ -375,3 +375,91 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+-- Consumer groups belong to roles. A group belongs to the first login role (session_user: a
+-- SECURITY DEFINER function runs as its owner, but session_user stays the role that logged
+-- in) that changes its state without being an admin, and to the roles an admin shares it with
+-- (client.grant(role, "consumer", groups=[...])). Admins, the roles that may write the cursors
+-- table themselves (the schema owner, superusers, roles granted "admin"), use every group and
+-- claim none. Triggers on every table holding a group's state (cursors, groups, members,
+-- leases) enforce it, so every function that commits, claims, seeks, joins or leaves is
+-- covered, whichever migration defines it.
+CREATE TABLE {schema}.group_roles (
+    group_name  text NOT NULL,
+    role_oid    oid NOT NULL,
+    owner       boolean NOT NULL DEFAULT false,     -- false: shared by an admin
+    granted_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (group_name, role_oid)
+);
+-- One owner per group: of two roles claiming a new group at once, the second waits and loses.
+CREATE UNIQUE INDEX group_roles_owner_idx ON {schema}.group_roles (group_name) WHERE owner;
+
+-- Raises insufficient_privilege unless the session's login role may change p_group's state;
+-- a group no role holds yet is claimed for it (row lock on the new group_roles row).
+CREATE FUNCTION {schema}._authorize_group(p_group text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    holders text;
+BEGIN
+    IF has_table_privilege(session_user, '{schema}.cursors'::regclass, 'UPDATE') THEN
+        RETURN;  -- an admin: it could write the table itself
+    END IF;
+    FOR i IN 1 .. 2 LOOP
+        IF EXISTS (SELECT FROM {schema}.group_roles g
+                   WHERE g.group_name = p_group
+                     AND CASE WHEN EXISTS (SELECT FROM pg_roles r WHERE r.oid = g.role_oid)
+                              THEN pg_has_role(session_user, g.role_oid, 'MEMBER')
+                              ELSE false END) THEN
+            RETURN;
+        END IF;
+        EXIT WHEN i = 2;
+        INSERT INTO {schema}.group_roles (group_name, role_oid, owner)
+        SELECT p_group, r.oid, true FROM pg_roles r
+        WHERE r.rolname = session_user
+          AND NOT EXISTS (SELECT FROM {schema}.group_roles g WHERE g.group_name = p_group)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- Held by someone, or another session claimed it just now: look again.
+    END LOOP;
+    SELECT string_agg(quote_ident(r.rolname), ', ' ORDER BY r.rolname) INTO holders
+    FROM {schema}.group_roles g JOIN pg_roles r ON r.oid = g.role_oid
+    WHERE g.group_name = p_group;
+    RAISE EXCEPTION 'permission denied for consumer group %: it belongs to role %, and role % is not a member',
+        quote_literal(p_group), coalesce(holders, '(none)'), quote_ident(session_user)
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'use a group of your own, or have an admin share this one: '
+                     'client.grant(role, ''consumer'', groups=[...])';
+END;
+$$;
+
+-- Trigger: a row of a group's state is written; only the group's roles (and admins) may.
+CREATE FUNCTION {schema}._check_group_access()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM {schema}._authorize_group(OLD.group_name);
+        RETURN OLD;
+    END IF;
+    PERFORM {schema}._authorize_group(NEW.group_name);
+    IF TG_OP = 'UPDATE' AND OLD.group_name IS DISTINCT FROM NEW.group_name THEN
+        PERFORM {schema}._authorize_group(OLD.group_name);
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER cursors_group_access BEFORE INSERT OR UPDATE OR DELETE ON {schema}.cursors
+    FOR EACH ROW EXECUTE FUNCTION {schema}._check_group_access();
+CREATE TRIGGER groups_group_access BEFORE INSERT OR UPDATE OR DELETE ON {schema}.groups
+    FOR EACH ROW EXECUTE FUNCTION {schema}._check_group_access();
+CREATE TRIGGER members_group_access BEFORE INSERT OR UPDATE OR DELETE ON {schema}.members
+    FOR EACH ROW EXECUTE FUNCTION {schema}._check_group_access();
+CREATE TRIGGER leases_group_access BEFORE INSERT OR UPDATE OR DELETE ON {schema}.leases
+    FOR EACH ROW EXECUTE FUNCTION {schema}._check_group_access();
+
+REVOKE EXECUTE ON FUNCTION {schema}._authorize_group(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {schema}._check_group_access() FROM PUBLIC;
