@@ -54,11 +54,20 @@ CREATE FUNCTION {schema}._check_group_access() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
+    IF has_table_privilege(session_user, '{schema}.cursors'::regclass, 'UPDATE') THEN
+        RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
     IF TG_OP = 'DELETE' THEN
         PERFORM {schema}._authorize_group(OLD.group_name);
         RETURN OLD;
     END IF;
-    PERFORM {schema}._authorize_group(NEW.group_name);
+    IF NOT EXISTS (SELECT FROM {schema}.group_roles g
+                   WHERE g.group_name = NEW.group_name
+                     AND CASE WHEN EXISTS (SELECT FROM pg_roles r WHERE r.oid = g.role_oid)
+                              THEN pg_has_role(session_user, g.role_oid, 'MEMBER')
+                              ELSE false END) THEN
+        PERFORM {schema}._authorize_group(NEW.group_name);
+    END IF;
     IF TG_OP = 'UPDATE' AND OLD.group_name IS DISTINCT FROM NEW.group_name THEN
         PERFORM {schema}._authorize_group(OLD.group_name);
     END IF;
