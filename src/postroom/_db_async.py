@@ -164,9 +164,12 @@ class translate_errors:
             exc, PermissionDenied
         ):
             first_line = str(exc).strip().splitlines()[0]
+            hint = exc.diag.message_hint  # postroom's own refusals say what to do instead
             raise PermissionDenied(
-                f"{first_line}: the database role of this connection lacks the right; grant it "
-                "the capability it needs as the schema owner (client.grant(role, 'producer' | "
+                f"{first_line}: {hint}"
+                if hint
+                else f"{first_line}: the database role of this connection lacks the right; grant "
+                "it the capability it needs as the schema owner (client.grant(role, 'producer' | "
                 "'consumer' | 'enqueuer' | 'worker' | 'admin'))"
             ) from exc
         # SQLSTATEs raised by postroom's own functions (migration 0004).

@@ -63,6 +63,7 @@ def test_a_group_belongs_to_the_role_that_first_used_it(
         # Role B: joining, polling, committing, seeking and claiming all need the group.
         message = denied(lambda: b.consumer("billing", "orders").poll(timeout=1))
         assert "billing" in message and role_a in message and role_b in message
+        assert "groups=[...]" in message  # what to do about it
         with b.consumer("billing", "orders") as intruder:
             denied(lambda: intruder.commit({TopicPartition("orders", 0): 3}))
         with b.consumer("billing", "orders") as intruder:
