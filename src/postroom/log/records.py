@@ -326,8 +326,9 @@ class GroupInfo:
     members: int = 0
     """Live members (consumers that joined the group and heartbeat)."""
     state: str = ""
-    """``active`` (live members), ``idle`` (none) or ``expired`` (none, and no commit within
-    the default group expiry of retention, 7 days); set by ``list_groups``."""
+    """``active`` (live members), ``idle`` (none) or ``expired`` (none, and no activity within
+    the topic's ``group_ttl``, 7 days by default: it holds back neither retention nor
+    admission; docs/log.md, "Group hygiene"); set by ``list_groups``."""
 
 
 class Record(NamedTuple):
