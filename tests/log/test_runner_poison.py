@@ -103,7 +103,7 @@ def test_a_transactional_poison_is_dead_lettered_and_its_attempts_leave_no_write
         ("bad-raise", "1"),
         ("bad-sql", "3"),
     ]
-    assert letters[1].headers["postroom-dlq-error"].startswith("DivisionByZero")
+    assert str(letters[1].headers["postroom-dlq-error"]).startswith("DivisionByZero")
 
 
 def test_a_poison_in_a_batch_handler_dead_letters_only_that_message(
