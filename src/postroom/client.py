@@ -17,6 +17,7 @@ from .log.admin import UNSET, LogAdmin
 from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
 from .log.deadletters import DeadLetters
+from .log.membership import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata import TopicCache
 from .log.producer import Appender, Producer
 from .log.records import (
@@ -250,6 +251,7 @@ class Client(QueueFacade):
         auto_offset_reset: OffsetReset = "earliest",
         member_id: str | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
@@ -263,6 +265,7 @@ class Client(QueueFacade):
             auto_offset_reset=auto_offset_reset,
             member_id=member_id,
             session_timeout=session_timeout,
+            max_poll_interval=max_poll_interval,
             on_assign=on_assign,
             on_revoke=on_revoke,
         )

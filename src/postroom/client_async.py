@@ -15,6 +15,7 @@ from .log.admin_async import UNSET, AsyncLogAdmin
 from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer_async import AsyncConsumer
 from .log.deadletters_async import AsyncDeadLetters
+from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata_async import AsyncTopicCache
 from .log.producer_async import AsyncAppender, AsyncProducer
 from .log.records import (
@@ -248,6 +249,7 @@ class AsyncClient(AsyncQueueFacade):
         auto_offset_reset: OffsetReset = "earliest",
         member_id: str | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> AsyncConsumer:
@@ -261,6 +263,7 @@ class AsyncClient(AsyncQueueFacade):
             auto_offset_reset=auto_offset_reset,
             member_id=member_id,
             session_timeout=session_timeout,
+            max_poll_interval=max_poll_interval,
             on_assign=on_assign,
             on_revoke=on_revoke,
         )

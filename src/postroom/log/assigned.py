@@ -17,11 +17,12 @@ import psycopg
 from .._acompat import call_hook
 from .._db import Database
 from ..errors import Fenced, InvalidArgument
-from .membership import Lease, Membership
+from .membership import DEFAULT_MAX_POLL_INTERVAL, Lease, Membership
 from .metadata import TopicCache, TopicMeta
 from .records import (
     Message,
     TopicPartition,
+    check_max_poll_interval,
     check_member_id,
     check_name,
     check_session_timeout,
@@ -63,6 +64,7 @@ class AssignedPartitions:
         auto_offset_reset: OffsetReset,
         member_id: str | None,
         session_timeout: float,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None,
     ) -> None:
@@ -83,6 +85,7 @@ class AssignedPartitions:
         self._requested = None if partitions is None else [TopicPartition(*p) for p in partitions]
         self.member_id = check_member_id(member_id)
         self.session_timeout = check_session_timeout(session_timeout)
+        self.max_poll_interval = check_max_poll_interval(max_poll_interval)
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._assigned: dict[TopicPartition, _Assigned] = {}
@@ -104,6 +107,11 @@ class AssignedPartitions:
 
     def _ensure_assigned(self) -> None:
         if self._ready:
+            if self._membership is not None and self._membership.poll_expired:
+                # Left for not polling in time (max_poll_interval): drop what it held
+                # (on_revoke), then join again and start from the committed cursors.
+                self._apply_assignment()
+                self._membership.join()
             self._apply_assignment()
             return
         if self._closed:
@@ -118,6 +126,8 @@ class AssignedPartitions:
                 self._topic_names,
                 self.session_timeout,
                 self._release_idle,
+                self.max_poll_interval,
+                lambda: self._in_transaction,
             )
             self._membership.join()
             self._ready = True

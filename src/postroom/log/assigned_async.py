@@ -15,11 +15,12 @@ import psycopg
 from .._acompat import acall_hook
 from .._db_async import AsyncDatabase
 from ..errors import Fenced, InvalidArgument
-from .membership_async import AsyncMembership, Lease
+from .membership_async import DEFAULT_MAX_POLL_INTERVAL, AsyncMembership, Lease
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .records import (
     Message,
     TopicPartition,
+    check_max_poll_interval,
     check_member_id,
     check_name,
     check_session_timeout,
@@ -61,6 +62,7 @@ class AsyncAssignedPartitions:
         auto_offset_reset: OffsetReset,
         member_id: str | None,
         session_timeout: float,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None,
     ) -> None:
@@ -81,6 +83,7 @@ class AsyncAssignedPartitions:
         self._requested = None if partitions is None else [TopicPartition(*p) for p in partitions]
         self.member_id = check_member_id(member_id)
         self.session_timeout = check_session_timeout(session_timeout)
+        self.max_poll_interval = check_max_poll_interval(max_poll_interval)
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._assigned: dict[TopicPartition, _Assigned] = {}
@@ -102,6 +105,11 @@ class AsyncAssignedPartitions:
 
     async def _ensure_assigned(self) -> None:
         if self._ready:
+            if self._membership is not None and self._membership.poll_expired:
+                # Left for not polling in time (max_poll_interval): drop what it held
+                # (on_revoke), then join again and start from the committed cursors.
+                await self._apply_assignment()
+                await self._membership.join()
             await self._apply_assignment()
             return
         if self._closed:
@@ -116,6 +124,8 @@ class AsyncAssignedPartitions:
                 self._topic_names,
                 self.session_timeout,
                 self._release_idle,
+                self.max_poll_interval,
+                lambda: self._in_transaction,
             )
             await self._membership.join()
             self._ready = True

@@ -150,6 +150,18 @@ def check_member_id(member_id: object) -> str:
     return member_id
 
 
+def check_max_poll_interval(seconds: object) -> float:
+    if (
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not 0.05 <= seconds <= 86400
+    ):
+        raise InvalidArgument(
+            f"invalid max_poll_interval {seconds!r}: must be between 0.05 and 86400 seconds"
+        )
+    return float(seconds)
+
+
 def check_session_timeout(seconds: object) -> float:
     if (
         not isinstance(seconds, int | float)
