@@ -20,7 +20,7 @@ def sql(client: postroom.Client, statement: str) -> None:
 def age_all(client: postroom.Client, interval: str) -> None:
     sql(client, f"UPDATE postroom.messages SET created_at = created_at - interval '{interval}'")
     sql(client, f"UPDATE postroom.cursors SET updated_at = updated_at - interval '{interval}'")
-    sql(client, f"UPDATE postroom.groups SET active_at = active_at - interval '{interval}'")
+    sql(client, f"UPDATE postroom.group_activity SET active_at = active_at - interval '{interval}'")
 
 
 def state(client: postroom.Client, group: str) -> str:
@@ -44,7 +44,7 @@ def test_a_left_group_expires_after_its_ttl_and_the_expiry_is_logged(
     with caplog.at_level(logging.WARNING, logger="postroom.groups"):
         assert client.apply_retention() == 2
     assert not caplog.records
-    sql(client, "UPDATE postroom.groups SET active_at = active_at - interval '2 hours'")
+    sql(client, "UPDATE postroom.group_activity SET active_at = active_at - interval '2 hours'")
     assert state(client, "abandoned") == "expired"
     with caplog.at_level(logging.WARNING, logger="postroom.groups"):
         assert client.apply_retention() == 4  # it no longer holds the log back

@@ -220,5 +220,5 @@ def test_group_list_shows_members_and_state(client: postroom.Client) -> None:
         conn.execute("UPDATE postroom.cursors SET updated_at = now() - interval '8 days'")
         # Their members left just now: that is activity too (docs/log.md, "Group hygiene").
         assert {g.state for g in client.list_groups()} == {"idle"}
-        conn.execute("UPDATE postroom.groups SET active_at = now() - interval '8 days'")
+        conn.execute("UPDATE postroom.group_activity SET active_at = now() - interval '8 days'")
     assert {g.name: g.state for g in client.list_groups()} == {"live": "expired", "gone": "expired"}

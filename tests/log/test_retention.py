@@ -55,7 +55,7 @@ def test_an_expired_group_does_not_pin_the_log(any_client: postroom.Client) -> N
         conn.execute("UPDATE postroom.cursors SET updated_at = now() - interval '8 days'")
         # Its member left just now: the group stays active for the group expiry from then.
         assert any_client.apply_retention() == 0
-        conn.execute("UPDATE postroom.groups SET active_at = now() - interval '8 days'")
+        conn.execute("UPDATE postroom.group_activity SET active_at = now() - interval '8 days'")
     assert any_client.apply_retention() == 4
     group = any_client.describe_group("abandoned")
     assert group.lag == 4  # messages it will never see

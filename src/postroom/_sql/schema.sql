@@ -126,13 +126,9 @@ CREATE FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], wa
 
 $$;
 
-CREATE TABLE {schema}.groups (
+CREATE TABLE {schema}.group_activity (
     group_name text NOT NULL,
-    generation bigint DEFAULT 0 NOT NULL,
-    members text[] DEFAULT '{{}}'::text[] NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    active_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT groups_group_name_check CHECK ((group_name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$'::text))
+    active_at timestamp with time zone NOT NULL
 );
 
 CREATE TABLE {schema}.members (
@@ -149,7 +145,7 @@ CREATE TABLE {schema}.members (
 CREATE FUNCTION {schema}._group_active(p_group text, p_committed timestamp with time zone, p_ttl interval) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    RETURN ((p_committed > (now() - p_ttl)) OR (EXISTS (SELECT FROM {schema}.members m WHERE ((m.group_name = _group_active.p_group) AND (m.expires_at > (now() - _group_active.p_ttl))))) OR (EXISTS (SELECT FROM {schema}.groups g WHERE ((g.group_name = _group_active.p_group) AND (g.active_at > (now() - _group_active.p_ttl))))));
+    RETURN ((p_committed > (now() - p_ttl)) OR (EXISTS (SELECT FROM {schema}.members m WHERE ((m.group_name = _group_active.p_group) AND (m.expires_at > (now() - _group_active.p_ttl))))) OR (EXISTS (SELECT FROM {schema}.group_activity a WHERE ((a.group_name = _group_active.p_group) AND (a.active_at > (now() - _group_active.p_ttl))))));
 
 CREATE FUNCTION {schema}._guard_idle(p_group text, p_member text) RETURNS void
     LANGUAGE sql
@@ -250,8 +246,9 @@ CREATE FUNCTION {schema}._note_member_end() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    UPDATE {schema}.groups g SET active_at = least(OLD.expires_at, now())
-    WHERE g.group_name = OLD.group_name AND g.active_at < least(OLD.expires_at, now());
+    INSERT INTO {schema}.group_activity AS a (group_name, active_at)
+    VALUES (OLD.group_name, least(OLD.expires_at, now()))
+    ON CONFLICT (group_name) DO UPDATE SET active_at = greatest(a.active_at, excluded.active_at);
     RETURN NULL;
 
 END;
@@ -1541,6 +1538,14 @@ CREATE TABLE {schema}.cursors (
 )
 WITH (fillfactor='50');
 
+CREATE TABLE {schema}.groups (
+    group_name text NOT NULL,
+    generation bigint DEFAULT 0 NOT NULL,
+    members text[] DEFAULT '{{}}'::text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT groups_group_name_check CHECK ((group_name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$'::text))
+);
+
 CREATE TABLE {schema}.inbox (
     name text NOT NULL,
     message_id text NOT NULL,
@@ -1676,6 +1681,9 @@ ALTER TABLE ONLY {schema}.cursors
 
 ALTER TABLE ONLY {schema}.finished_jobs
     ADD CONSTRAINT finished_jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY {schema}.group_activity
+    ADD CONSTRAINT group_activity_pkey PRIMARY KEY (group_name);
 
 ALTER TABLE ONLY {schema}.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (group_name);

@@ -10,10 +10,15 @@ ALTER TABLE {schema}.topics
 -- condition reads only the row being updated: with no max_lag the write path calls nothing more.
 ALTER TABLE {schema}.partitions ADD COLUMN max_lag bigint;
 
--- When the group was last seen with a member: its creation, and each member's end (a clean
--- leave, or an expired session when the next rebalance drops it). Together with the cursors'
--- updated_at (last commit) and the live members, this is a group's last activity.
-ALTER TABLE {schema}.groups ADD COLUMN active_at timestamptz NOT NULL DEFAULT now();
+-- When a group last had a member: each member's end (a clean leave, or an expired session when
+-- the next rebalance drops it) is noted here. Together with the members rows (live, or expired
+-- and not yet dropped) and the cursors' updated_at (last commit), this is a group's last
+-- activity. A table of its own, not a column of groups: noting an end must not wait for the
+-- group row, which a rebalance holds (FOR NO KEY UPDATE) while it drops members.
+CREATE TABLE {schema}.group_activity (
+    group_name  text PRIMARY KEY,
+    active_at   timestamptz NOT NULL
+);
 
 -- The cursors of one partition: the slowest active group (admission) and retention's floor.
 CREATE INDEX cursors_partition_idx ON {schema}.cursors (topic_id, partition, next_offset);
@@ -27,16 +32,17 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 RETURN p_committed > now() - p_ttl
     OR EXISTS (SELECT FROM {schema}.members m
                WHERE m.group_name = p_group AND m.expires_at > now() - p_ttl)
-    OR EXISTS (SELECT FROM {schema}.groups g
-               WHERE g.group_name = p_group AND g.active_at > now() - p_ttl);
+    OR EXISTS (SELECT FROM {schema}.group_activity a
+               WHERE a.group_name = p_group AND a.active_at > now() - p_ttl);
 
--- Records a member's end as the group's last activity. Row lock on the group row (the deleting
--- transaction holds it already in a rebalance).
+-- Records a member's end as the group's last activity. Row lock on the group's group_activity
+-- row until the deleting transaction ends (a leave or a rebalance: short ones).
 CREATE FUNCTION {schema}._note_member_end() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    UPDATE {schema}.groups g SET active_at = least(OLD.expires_at, now())
-    WHERE g.group_name = OLD.group_name AND g.active_at < least(OLD.expires_at, now());
+    INSERT INTO {schema}.group_activity AS a (group_name, active_at)
+    VALUES (OLD.group_name, least(OLD.expires_at, now()))
+    ON CONFLICT (group_name) DO UPDATE SET active_at = greatest(a.active_at, excluded.active_at);
     RETURN NULL;
 END;
 $$;
