@@ -164,6 +164,10 @@ def test_bad_limits_are_one_line_errors(client: postroom.Client, dsn: str) -> No
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["--url", dsn, "topic", "create", "u", "--max-lag", "1"])
     assert result.exit_code == 0, result.output
+    info = client.describe_topic("t")
+    assert (info.max_lag, info.group_ttl_seconds) == (10, 86400)
+    result = runner.invoke(app, ["--url", dsn, "topic", "describe", "t"])
+    assert "max lag 10, group ttl 1d" in result.output
     client.reset_group("g", "t", to="earliest")
     client.publish_batch("t", list(range(10)))
     with pytest.raises(BacklogFull):

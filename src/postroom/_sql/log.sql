@@ -10,10 +10,12 @@ SELECT {schema}.create_topic(%(name)s, %(partitions)s, %(retention)s::interval);
 SELECT id, partitions FROM {schema}.topics WHERE name = %(name)s;
 
 -- name: list_topics
--- Every topic with its partition count, retention and total messages ever written (no locks).
+-- Every topic with its partition count, retention, total messages ever written, max_lag and
+-- group_ttl (no locks).
 SELECT t.name, t.partitions, t.retention, t.created_at,
        (SELECT coalesce(sum(p.next_offset), 0)::bigint FROM {schema}.partitions p
-        WHERE p.topic_id = t.id) AS high_water
+        WHERE p.topic_id = t.id) AS high_water,
+       t.max_lag, t.group_ttl
 FROM {schema}.topics t
 ORDER BY t.name;
 

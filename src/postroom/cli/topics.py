@@ -162,7 +162,9 @@ def describe(
         f"topic {topic.name!r}: {topic.partitions} partition(s), "
         f"{topic.high_water} message(s) written, retention "
         f"{format_duration(topic.retention_seconds) if topic.retention_seconds else 'forever'}, "
-        f"created {when(topic.created_at)}"
+        f"created {when(topic.created_at)}, max lag "
+        f"{'off' if topic.max_lag is None else topic.max_lag}, group ttl "
+        f"{format_duration(topic.group_ttl_seconds or 7 * 86400)}"
     )
     table = Table("partition", "low-water", "high-water", "messages", "bytes")
     for part in topic.partition_info:

@@ -118,8 +118,16 @@ class LogAdmin:
             cur = conn.execute(self._db.q("list_topics"))
             rows = cur.fetchall()
         return [
-            TopicInfo(name, parts, None if ret is None else ret.total_seconds(), created, high)
-            for name, parts, ret, created, high in rows
+            TopicInfo(
+                name,
+                parts,
+                None if ret is None else ret.total_seconds(),
+                created,
+                high,
+                max_lag=max_lag,
+                group_ttl_seconds=None if ttl is None else ttl.total_seconds(),
+            )
+            for name, parts, ret, created, high, max_lag, ttl in rows
         ]
 
     def describe_topic(self, name: str) -> TopicInfo:
@@ -136,6 +144,8 @@ class LogAdmin:
                     topic.created_at,
                     topic.high_water,
                     parts,
+                    topic.max_lag,
+                    topic.group_ttl_seconds,
                 )
         raise TopicNotFound(f"unknown topic {name!r}")
 

@@ -311,6 +311,10 @@ class TopicInfo:
     high_water: int
     """Sum of the partitions' high-water marks: messages ever written to the topic."""
     partition_info: tuple[PartitionInfo, ...] = ()
+    max_lag: int | None = None
+    """Admission control: writes are refused while a group lags this much (None: off)."""
+    group_ttl_seconds: float | None = None
+    """How long a group without members or commits stays active (None: the 7-day default)."""
 
 
 @dataclass(frozen=True, slots=True)
