@@ -4,6 +4,7 @@ its group, so its partitions move; its next ``commit()`` is refused and ``poll()
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -73,3 +74,42 @@ def test_a_bad_max_poll_interval_is_refused(client: postroom.Client) -> None:
     for bad in (0, -1, "300", True):
         with pytest.raises(InvalidArgument, match="invalid max_poll_interval"):
             client.consumer("g", "t", max_poll_interval=bad)  # type: ignore[arg-type]
+
+
+def test_a_runner_member_stuck_in_its_handler_leaves_and_comes_back(
+    client: postroom.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.create_topic("t")
+    calls: list[str] = []
+    done = threading.Event()
+
+    @client.subscribe("t", group="g", session_timeout=1, max_poll_interval=0.3)
+    def handle(message: postroom.Message) -> None:
+        calls.append(message.text())
+        if len(calls) == 1:
+            # Stuck well past max_poll_interval (the member leaves meanwhile), then returns.
+            done.wait(1.5)
+        elif len(calls) >= 2:
+            done.set()
+
+    with pytest.raises(InvalidArgument, match="invalid max_poll_interval 0"):
+        client.subscribe("t", group="g", max_poll_interval=0)(print)
+    client.publish("t", "x")
+    runner = client.runner()
+    thread = threading.Thread(target=runner.run, kwargs={"handle_signals": False})
+    with caplog.at_level(logging.WARNING):
+        thread.start()
+        try:
+            assert done.wait(30), calls
+            deadline = time.monotonic() + 15
+            while client.describe_group("g").lag != 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            runner.stop()
+            thread.join(30)
+    assert not thread.is_alive()
+    assert calls[:2] == ["x", "x"]  # the stuck batch was not committed: delivered again
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("did not poll" in m for m in messages)
+    assert any("max_poll_interval" in m and "Fenced" not in m for m in messages)
