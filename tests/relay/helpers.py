@@ -151,5 +151,6 @@ def stop_relays(procs: list[subprocess.Popen[str]]) -> list[str]:
             proc.send_signal(signal.SIGTERM)
     errors = [proc.communicate(timeout=60)[1] for proc in procs]
     for proc, err in zip(procs, errors, strict=True):
-        assert proc.returncode == 0, err
+        # -SIGTERM: a relay stopped while still starting (before its handler was installed).
+        assert proc.returncode in (0, -signal.SIGTERM), err
     return errors

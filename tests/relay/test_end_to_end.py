@@ -2,15 +2,15 @@
 processes in one group, and the sink's own client reads them back: every committed event once
 after dedup by id, none of the rolled-back ones, per-key order kept.
 
-Redis and Kafka carry 10,000 events; the other sinks fewer, to keep the suite's time down. The
-assertions hold with or without group membership (two relays reading the same partitions
-deliver duplicates, which dedup removes, and per-key order survives it); test_processes.py
-checks that with membership the two relays split the partitions instead.
+Redis and Kafka carry 10,000 events; the other sinks fewer, to keep the suite's time down.
+Duplicates (a hand-over may abandon a batch in flight) are allowed: dedup removes them, and
+per-key order survives it; test_processes.py checks how few there are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from typing import Any
 
@@ -41,7 +41,8 @@ def drain(client: postroom.Client, dsn: str, topic: str, url: str, total: int, *
     try:
         wait_until(lambda: group_lag(client, "relay.e2e") == 0, timeout=240, interval=0.2)
     finally:
-        stop_relays(procs)
+        for err in stop_relays(procs):
+            sys.stderr.write(err)  # the relays' logs, shown with a failure
     return committed
 
 

@@ -145,8 +145,10 @@ def test_configuration_errors(client: postroom.Client) -> None:
         ({"batch_size": 0}, "batch_size"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"group": "bad group"}, "group name"),
-        ({"dead_letter_topic": "bad topic"}, "dead-letter topic name"),
+        ({"dead_letter_topic": "bad topic"}, "invalid dead_letter_topic .bad topic."),
         ({"dead_letter_topic": "{colour}.dlq"}, "invalid dead_letter_topic"),
+        ({"member_id": "pod 1"}, "invalid member_id"),
+        ({"session_timeout": -1}, "invalid session_timeout"),
         ({"dead_letter_topic": "{topic"}, "invalid dead_letter_topic"),
     ]
     for options, match in cases:
@@ -206,10 +208,6 @@ def test_stop_does_not_wait_out_a_long_poll(client: postroom.Client) -> None:
         wait_until(lambda: sink.sent == ["t/0/0"])
 
 
-class Fenced(postroom.errors.PostroomError):
-    """Stands for consumer groups' errors.Fenced (issue 7), matched by name."""
-
-
 class CommitFails:
     """A consumer whose commit raises ``error``: what a member that lost its partitions sees."""
 
@@ -235,8 +233,18 @@ def test_a_fenced_commit_is_survived_and_other_errors_are_not() -> None:
 
     sink = ScriptedSink()
     relay = AsyncRelay(cast(Any, None), "t", sink)
-    assert asyncio.run(relay.relay_batch(CommitFails(Fenced("t/0 moved")))) == 1
+    assert asyncio.run(relay.relay_batch(CommitFails(postroom.errors.Fenced("t/0 moved")))) == 1
     assert sink.sent == ["t/0/0"]
     assert "the new owner resends" in str(relay.counters.last_error)
     with pytest.raises(InvalidArgument, match="boom"):
         asyncio.run(relay.relay_batch(CommitFails(InvalidArgument("boom"))))
+
+
+def test_static_membership_passes_through(client: postroom.Client) -> None:
+    client.create_topic("t", partitions=2)
+    client.publish_batch("t", ["a", "b"])
+    sink = ScriptedSink()
+    with running_relay(client, "t", sink, group="relay.s", member_id="pod-1", session_timeout=5):
+        wait_until(lambda: group_lag(client, "relay.s") == 0)
+        owners = {p.member for p in client.describe_group("relay.s").partitions}
+    assert owners == {"pod-1"}

@@ -277,10 +277,12 @@ def run(url: str, settings: Settings) -> dict[str, Any]:
     _drop_streams(settings.redis, prefix)
     with _kafka(settings) as broker:
         if broker is not None:
-            _create_kafka_topic(broker, "raw", settings.partitions)
-            result["kafka_raw"] = _phase(n, measure_kafka_raw(settings, broker, "raw"))
-            _create_kafka_topic(broker, "to_kafka", settings.partitions)
-            seconds = measure_relay(url, settings, "to_kafka", f"kafka://{broker}", "relay.kafka")
+            # Fresh Kafka topics each run: a broker outlives runs (or is shared, --kafka).
+            raw, relayed = f"{prefix}raw", f"{prefix}to_kafka"
+            _create_kafka_topic(broker, raw, settings.partitions)
+            result["kafka_raw"] = _phase(n, measure_kafka_raw(settings, broker, raw))
+            _create_kafka_topic(broker, relayed, settings.partitions)
+            seconds = measure_relay(url, settings, relayed, f"kafka://{broker}", "relay.kafka")
             result["kafka_relay"] = _phase(n, seconds, result["kafka_raw"]["rate"])
     result["latency"] = measure_latency(url, settings, prefix)
     targets = {"redis_vs_raw": result["redis_relay"]["raw_ratio"] >= TARGET_RATIO}

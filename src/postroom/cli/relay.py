@@ -63,6 +63,23 @@ def relay(
     dead_letter_topic: Annotated[
         str, typer.Option("--dead-letter-topic", help="{topic} is the source topic.")
     ] = "{topic}.dlq",
+    member_id: Annotated[
+        str | None,
+        typer.Option(
+            "--member-id",
+            help="Static group membership: a restart within the session timeout keeps the "
+            "relay's partitions (e.g. the pod name).",
+            show_default=False,
+        ),
+    ] = None,
+    session_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--session-timeout",
+            help="Seconds without a heartbeat before partitions move.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="status: print JSON.")] = False,
 ) -> None:
     if topics == ["status"] and to is None:
@@ -83,6 +100,8 @@ def relay(
             batch_size=batch_size,
             max_attempts=max_attempts,
             dead_letter_topic=dead_letter_topic,
+            member_id=member_id,
+            session_timeout=session_timeout,
         )
         note(f"relaying {', '.join(topics)} to {runner.sink_description}; Ctrl-C stops")
         runner.run()

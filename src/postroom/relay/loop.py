@@ -20,14 +20,16 @@ import psycopg
 
 from ..errors import (
     DatabaseUnavailable,
+    Fenced,
     InvalidArgument,
     MessageRejected,
-    PostroomError,
     SinkUnavailable,
     TopicExists,
     TopicNotFound,
 )
-from ..log.records import Message, TopicPartition, check_name
+from ..log.deadletters_async import HEADER_PREFIX as DLQ_PREFIX
+from ..log.records import Message, TopicPartition, check_member_id, check_name
+from ..log.subscription import DLQ_SUFFIX
 from ..queue.backoff import Backoff
 from .routing import Outbound, Route
 from .sinks import Sink, open_sink
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("postroom.relay")
 
 DEFAULT_BACKOFF = Backoff(base=0.2, factor=2.0, max_delay=30.0, jitter=0.2)
-DLQ_PREFIX = "postroom-dlq-"
 MAX_ERROR_CHARS = 2000
 RELAY_OPTIONS = (
     "group",
@@ -49,6 +50,8 @@ RELAY_OPTIONS = (
     "backoff",
     "dead_letter_topic",
     "poll_timeout",
+    "member_id",
+    "session_timeout",
 )
 
 
@@ -91,8 +94,10 @@ class AsyncRelay:
         batch_size: int = 500,
         max_attempts: int = 5,
         backoff: Backoff = DEFAULT_BACKOFF,
-        dead_letter_topic: str = "{topic}.dlq",
+        dead_letter_topic: str = "{topic}" + DLQ_SUFFIX,
         poll_timeout: float = 1.0,
+        member_id: str | None = None,
+        session_timeout: float | None = None,
         **sink_options: Any,
     ) -> None:
         self._client = client
@@ -122,6 +127,17 @@ class AsyncRelay:
         self.backoff = backoff
         self.dead_letter_topic = dead_letter_topic
         self.poll_timeout = poll_timeout
+        # Group membership (docs/log.md): a stable member_id keeps a restarted relay's
+        # partitions (Kafka's group.instance.id); the consumer checks both values.
+        self._membership: dict[str, Any] = {}
+        if member_id is not None:
+            self._membership["member_id"] = check_member_id(member_id)
+        if session_timeout is not None:
+            if not isinstance(session_timeout, int | float) or not session_timeout > 0:
+                raise InvalidArgument(
+                    f"invalid session_timeout {session_timeout!r}: seconds, more than 0"
+                )
+            self._membership["session_timeout"] = session_timeout
         self.counters = RelayCounters()
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,7 +173,8 @@ class AsyncRelay:
             failures = 0
             while not self.stopping:
                 try:
-                    async with self._client.consumer(self.group, self.topics) as consumer:
+                    consumer = self._client.consumer(self.group, self.topics, **self._membership)
+                    async with consumer:
                         while not self.stopping:
                             await self.relay_batch(consumer)
                             failures = 0
@@ -219,12 +236,10 @@ class AsyncRelay:
             next_offsets[message.topic_partition] = message.offset + 1
         try:
             await consumer.commit(next_offsets)
-        except PostroomError as exc:
-            # Consumer groups (issue 7) refuse the commit of a member that lost a partition
-            # meanwhile (errors.Fenced): the batch was delivered, the new owner sends it again
+        except Fenced as exc:
+            # The group refuses the commit of a member that lost a partition meanwhile (a long
+            # pause past its session): the batch was delivered, and the new owner sends it again
             # from the committed cursor. Duplicates, never a loss; this relay goes on.
-            if type(exc).__name__ != "Fenced":
-                raise
             self._note(f"partitions moved before the commit, the new owner resends: {exc}")
             return len(messages)
         self.counters.batches += 1
