@@ -38,6 +38,7 @@ was already running when the suite began is left running.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import subprocess
 import tempfile
@@ -56,6 +57,20 @@ from .blocking import Blocking, EventLoopThread
 SERVERS = ("pg15", "pg18")
 CLIENTS = ("sync", "async")
 _counter = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """CLI commands run in-process configure logging (``postroom worker --log-level`` gives the
+    ``postroom`` logger its own handler and stops propagation; ``postroom relay`` calls
+    ``basicConfig``): put both loggers back, so later tests' ``caplog`` sees postroom's lines."""
+    loggers = [logging.getLogger(), logging.getLogger("postroom")]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    yield
+    for lg, handlers, level, propagate in saved:
+        lg.handlers = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
