@@ -16,6 +16,7 @@ from ._acompat import ato_thread
 from ._conninfo import unavailable
 from .embedded import resolve_url
 from .errors import (
+    BacklogFull,
     Fenced,
     InvalidArgument,
     InvalidType,
@@ -178,6 +179,8 @@ class translate_errors:
             return
         if sqlstate == "PRF01":
             raise Fenced(_first_line(exc)) from exc
+        if sqlstate == "PRB01":
+            raise BacklogFull(_first_line(exc)) from exc
         if sqlstate == "PRO01":
             raise OffsetOutOfRange(_first_line(exc)) from exc
 
