@@ -16,6 +16,7 @@ from ._acompat import ato_thread
 from ._conninfo import unavailable
 from .embedded import resolve_url
 from .errors import (
+    BacklogFull,
     Fenced,
     InvalidArgument,
     InvalidType,
@@ -164,9 +165,12 @@ class translate_errors:
             exc, PermissionDenied
         ):
             first_line = str(exc).strip().splitlines()[0]
+            hint = exc.diag.message_hint  # postroom's own refusals say what to do instead
             raise PermissionDenied(
-                f"{first_line}: the database role of this connection lacks the right; grant it "
-                "the capability it needs as the schema owner (client.grant(role, 'producer' | "
+                f"{first_line}: {hint}"
+                if hint
+                else f"{first_line}: the database role of this connection lacks the right; grant "
+                "it the capability it needs as the schema owner (client.grant(role, 'producer' | "
                 "'consumer' | 'enqueuer' | 'worker' | 'admin'))"
             ) from exc
         # SQLSTATEs raised by postroom's own functions (migration 0004).
@@ -175,6 +179,8 @@ class translate_errors:
             return
         if sqlstate == "PRF01":
             raise Fenced(_first_line(exc)) from exc
+        if sqlstate == "PRB01":
+            raise BacklogFull(_first_line(exc)) from exc
         if sqlstate == "PRO01":
             raise OffsetOutOfRange(_first_line(exc)) from exc
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from psycopg import errors as pg_errors
 
 from . import _sql
 from ._db_async import AsyncDatabase
 from .errors import InvalidArgument, InvalidName, RoleNotFound
+from .log.records import check_name
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
@@ -52,7 +55,9 @@ class AsyncSchema:
                 done.append(f"{migration.version:04d}_{migration.name}")
         return done
 
-    async def grant(self, role: str, capabilities: tuple[str, ...]) -> None:
+    async def grant(
+        self, role: str, capabilities: tuple[str, ...], groups: Iterable[str] | None = None
+    ) -> None:
         if not isinstance(role, str) or not role or len(role) > 63 or "\x00" in role:
             raise InvalidName(f"invalid role name {role!r}: 1-63 characters, no NUL")
         unknown = set(capabilities) - set(GRANTS)
@@ -61,11 +66,23 @@ class AsyncSchema:
                 f"invalid capabilities {sorted(unknown) or list(capabilities)}: "
                 f"use one or more of {sorted(GRANTS)}"
             )
+        shared: list[str] = []
+        if groups is not None:
+            if isinstance(groups, str):
+                raise InvalidArgument(f"invalid groups {groups!r}: a list of group names")
+            shared = [check_name("group", group) for group in groups]
+            if "consumer" not in capabilities:
+                raise InvalidArgument(
+                    f"groups={shared!r} goes with the 'consumer' capability: "
+                    "grant(role, 'consumer', groups=[...])"
+                )
         try:
             async with self._db.connection() as conn:
                 for capability in capabilities:
                     for statement in GRANTS[capability]:
                         await conn.execute(self._db.q_for_role(statement, role))
+                if shared:
+                    await conn.execute(self._db.q("share_groups"), {"role": role, "groups": shared})
         except pg_errors.UndefinedObject as exc:
             # "role ... does not exist" is the only undefined object a grant names by input.
             raise RoleNotFound(

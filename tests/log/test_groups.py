@@ -218,4 +218,7 @@ def test_group_list_shows_members_and_state(client: postroom.Client) -> None:
         assert states == {"live": (1, "active"), "gone": (0, "idle")}
     with psycopg.connect(client.conninfo, autocommit=True) as conn:
         conn.execute("UPDATE postroom.cursors SET updated_at = now() - interval '8 days'")
+        # Their members left just now: that is activity too (docs/log.md, "Group hygiene").
+        assert {g.state for g in client.list_groups()} == {"idle"}
+        conn.execute("UPDATE postroom.group_activity SET active_at = now() - interval '8 days'")
     assert {g.name: g.state for g in client.list_groups()} == {"live": "expired", "gone": "expired"}

@@ -53,6 +53,9 @@ def test_an_expired_group_does_not_pin_the_log(any_client: postroom.Client) -> N
     assert any_client.apply_retention() == 1
     with psycopg.connect(any_client.conninfo) as conn:
         conn.execute("UPDATE postroom.cursors SET updated_at = now() - interval '8 days'")
+        # Its member left just now: the group stays active for the group expiry from then.
+        assert any_client.apply_retention() == 0
+        conn.execute("UPDATE postroom.group_activity SET active_at = now() - interval '8 days'")
     assert any_client.apply_retention() == 4
     group = any_client.describe_group("abandoned")
     assert group.lag == 4  # messages it will never see

@@ -71,16 +71,41 @@ GRANT EXECUTE ON FUNCTION
 TO {role};
 
 -- name: grant_worker
--- Run jobs: claim, heartbeat, write back, rescue, keep limits and cron schedules. Not VACUUM
--- (owner only): a worker that may not vacuum leaves it to autovacuum.
+-- Run jobs only through postroom's SECURITY DEFINER functions: claim, heartbeat and write back
+-- (fenced by worker name and attempt), rescue expired leases, purge finished jobs, keep limits
+-- and cron schedules. No table rights: no reading the args of jobs it does not hold, no job in a
+-- state of its choosing, no other worker's lease. Not VACUUM (owner only): left to autovacuum.
 GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.finished_jobs,
-    {schema}.job_limits, {schema}.job_schedules TO {role};
-GRANT SELECT ON {schema}.all_jobs, {schema}.queue_pauses TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_dependencies TO {role};
 GRANT EXECUTE ON FUNCTION
+    {schema}.claim_jobs(text[], integer, text, interval),
+    {schema}.complete_jobs_archived(text, bigint[], integer[], jsonb[]),
+    {schema}.complete_jobs_deleted(text, bigint[], integer[]),
+    {schema}.fail_jobs(text, bigint[], integer[], text[], float8[], boolean[]),
+    {schema}.release_jobs(text, bigint[], integer[], boolean[], text),
+    {schema}.finish_cancelled_jobs(text, bigint[], integer[], text[]),
+    {schema}.snooze_jobs(text, bigint[], integer[], float8[]),
+    {schema}.heartbeat_jobs(text, bigint[], integer[], interval),
+    {schema}.rescue_expired_jobs(integer),
+    {schema}.purge_finished_jobs(timestamptz, text, text, integer),
+    {schema}.waiting_unregistered_kinds(interval, text[]),
+    {schema}.queues_ever_used(text[]),
+    {schema}.set_job_limit(text, text, integer, float8, float8),
+    {schema}.delete_job_limit(text, text),
+    {schema}.upsert_schedule(text, text, text, text, jsonb, integer, integer, timestamptz),
+    {schema}.due_schedules(text[]),
+    {schema}.advance_schedule(text, timestamptz, timestamptz),
+    {schema}.next_schedule_at(text[]),
     {schema}.enqueue_batch(text[], text[], text[], smallint[], timestamptz[], float8[],
                            integer[], text[]),
     {schema}.unique_key_holders(text[]),
     {schema}.job_outcome(bigint)
 TO {role};
+
+-- name: share_groups
+-- Lets role %(role)s use consumer groups %(groups)s (commit, claim, seek, join) alongside the
+-- roles that hold them already; a group nobody holds yet is then held by it. Row locks on the
+-- new group_roles rows.
+INSERT INTO {schema}.group_roles (group_name, role_oid)
+SELECT g, r.oid FROM unnest(%(groups)s::text[]) AS g, pg_roles r
+WHERE r.rolname = %(role)s
+ON CONFLICT DO NOTHING;

@@ -10,10 +10,12 @@ SELECT {schema}.create_topic(%(name)s, %(partitions)s, %(retention)s::interval);
 SELECT id, partitions FROM {schema}.topics WHERE name = %(name)s;
 
 -- name: list_topics
--- Every topic with its partition count, retention and total messages ever written (no locks).
+-- Every topic with its partition count, retention, total messages ever written, max_lag and
+-- group_ttl (no locks).
 SELECT t.name, t.partitions, t.retention, t.created_at,
        (SELECT coalesce(sum(p.next_offset), 0)::bigint FROM {schema}.partitions p
-        WHERE p.topic_id = t.id) AS high_water
+        WHERE p.topic_id = t.id) AS high_water,
+       t.max_lag, t.group_ttl
 FROM {schema}.topics t
 ORDER BY t.name;
 
@@ -62,8 +64,24 @@ SELECT id, partitions FROM {schema}.topics WHERE name = %(name)s FOR UPDATE;
 WITH grown AS (
     UPDATE {schema}.topics SET partitions = %(total)s WHERE id = %(topic_id)s
 )
-INSERT INTO {schema}.partitions (topic_id, partition)
-SELECT %(topic_id)s, p FROM generate_series(%(current)s::integer, %(total)s::integer - 1) AS p;
+INSERT INTO {schema}.partitions (topic_id, partition, max_lag)
+SELECT %(topic_id)s, p, (SELECT t.max_lag FROM {schema}.topics t WHERE t.id = %(topic_id)s)
+FROM generate_series(%(current)s::integer, %(total)s::integer - 1) AS p;
+
+-- name: alter_topic
+-- Sets a topic's max_lag and group_ttl (NULL: off / the default) on the topic row and its
+-- counter rows (row locks on both; waits for writers in flight on the topic). Returns the id.
+WITH topic AS (
+    UPDATE {schema}.topics SET max_lag = %(max_lag)s, group_ttl = %(group_ttl)s::interval
+    WHERE name = %(name)s RETURNING id
+), counters AS (
+    UPDATE {schema}.partitions p SET max_lag = %(max_lag)s FROM topic WHERE p.topic_id = topic.id
+)
+SELECT id FROM topic;
+
+-- name: topic_limits
+-- A topic's max_lag and group_ttl (no locks).
+SELECT max_lag, group_ttl FROM {schema}.topics WHERE name = %(name)s;
 
 -- name: reserve_offsets
 -- Reserves the given count of offsets on each given partition for this transaction and returns the first
@@ -163,14 +181,17 @@ WHERE topic_id = %(topic_id)s ORDER BY partition;
 
 -- name: list_groups
 -- Every group with the topics it reads, its total lag, last commit, live members, and state:
--- active (live members), idle (none), expired (none, and no commit within %(expiry)s: it no
--- longer holds back retention at that group expiry) (no locks).
+-- active (live members), idle (none), expired (not active on any of its topics: no member and no
+-- commit within the topic's group_ttl, else %(expiry)s; it holds back neither retention nor
+-- admission) (no locks).
 SELECT c.group_name, array_agg(DISTINCT t.name ORDER BY t.name) AS topics,
        sum(greatest(p.next_offset - c.next_offset, 0))::bigint AS lag,
        max(c.updated_at) AS updated_at,
        coalesce(live.n, 0)::integer AS members,
        CASE WHEN coalesce(live.n, 0) > 0 THEN 'active'
-            WHEN max(c.updated_at) < now() - %(expiry)s::interval THEN 'expired'
+            WHEN NOT bool_or({schema}._group_active(c.group_name, c.updated_at,
+                                                    coalesce(t.group_ttl, %(expiry)s::interval)))
+                 THEN 'expired'
             ELSE 'idle' END AS state
 FROM {schema}.cursors c
 JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
@@ -180,6 +201,17 @@ LEFT JOIN (SELECT m.group_name, count(*) AS n FROM {schema}.members m
   ON live.group_name = c.group_name
 GROUP BY c.group_name, live.n
 ORDER BY c.group_name;
+
+-- name: expired_groups
+-- Groups expired on some topic with a retention (see list_groups), with that topic and their
+-- last commit: what apply_retention logs as no longer holding the log back (no locks).
+SELECT c.group_name, t.name, max(c.updated_at)
+FROM {schema}.cursors c JOIN {schema}.topics t ON t.id = c.topic_id
+WHERE t.retention IS NOT NULL
+GROUP BY c.group_name, t.name, t.group_ttl
+HAVING NOT bool_or({schema}._group_active(c.group_name, c.updated_at,
+                                          coalesce(t.group_ttl, %(expiry)s::interval)))
+ORDER BY c.group_name, t.name;
 
 -- name: describe_group
 -- Per partition a group reads: committed offset, high-water mark, lag in messages, lag in seconds
@@ -211,8 +243,9 @@ DELETE FROM {schema}.cursors WHERE group_name = %(group)s;
 
 -- name: apply_retention
 -- Deletes, in every partition of the topics that have a retention, up to the batch size of the
--- oldest messages that are both older than the retention and read by every active group (a
--- cursor committed within the group expiry); expired groups do not pin the log. Row locks on the
+-- oldest messages that are both older than the retention and read by every active group
+-- (_group_active, migration 0009: a live member, or activity within the topic's group_ttl, else
+-- the given group expiry); expired groups do not pin the log. Row locks on the
 -- deleted messages only; writers append above them and are not blocked. Returns the count.
 -- Linear: the bounds are computed once per partition (MATERIALIZED, else the planner inlines
 -- them into the delete and evaluates them per row), the search for the first unexpired message
@@ -226,7 +259,8 @@ WITH bounds AS MATERIALIZED (
         SELECT coalesce(min(c.next_offset), p.next_offset) AS floor
         FROM {schema}.cursors c
         WHERE c.topic_id = p.topic_id AND c.partition = p.partition
-          AND c.updated_at > now() - %(group_expiry)s::interval
+          AND {schema}._group_active(c.group_name, c.updated_at,
+                                     coalesce(t.group_ttl, %(group_expiry)s::interval))
     ) active
     CROSS JOIN LATERAL (
         SELECT least(coalesce(min(m."offset"), p.next_offset) + %(batch)s, p.next_offset) AS upto

@@ -71,161 +71,71 @@ FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::i
 -- name: complete_jobs_archived
 -- Finishes successful jobs: deletes them from the hot table and inserts them into finished_jobs
 -- with their results (row locks on the deleted rows). Fenced by worker and attempt.
-WITH finished AS (
-    DELETE FROM {schema}.jobs j
-    WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
-      AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL
-    RETURNING j.*, (%(results)s::jsonb[])[array_position(%(ids)s::bigint[], j.id)] AS result
-)
-INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
-                                    max_attempts, state, worker, last_error, unique_key, result,
-                                    created_at, started_at)
-SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, 'done', worker,
-       last_error, unique_key, result, created_at, started_at
-FROM finished;
+SELECT {schema}.complete_jobs_archived(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+                                       %(results)s::jsonb[]);
 
 -- name: complete_jobs_deleted
 -- Finishes successful jobs without keeping them: deletes them (row locks on the deleted rows).
-DELETE FROM {schema}.jobs j
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
-  AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
+SELECT {schema}.complete_jobs_deleted(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[]);
 
 -- name: fail_jobs
 -- Records failed attempts (row locks): back to ready after the retry delay, or to failed (the
 -- dead-letter state) when attempts are used up or the failure is final. Fenced as above.
-UPDATE {schema}.jobs j
-SET state = CASE WHEN c.final OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
-    run_at = clock_timestamp() + make_interval(secs => c.delay),
-    last_error = c.error, lease_expires_at = NULL
-FROM (
-    SELECT j2.id, (%(errors)s::text[])[pos] AS error, (%(delays)s::float8[])[pos] AS delay,
-           (%(finals)s::boolean[])[pos] AS final
-    FROM {schema}.jobs j2,
-         LATERAL array_position(%(ids)s::bigint[], j2.id) AS pos
-    WHERE j2.id = ANY(%(ids)s::bigint[])
-      AND j2.attempts = (%(attempts)s::integer[])[pos]
-      AND j2.worker = %(worker)s AND j2.lease_expires_at IS NOT NULL
-) c
-WHERE j.id = c.id AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
+SELECT {schema}.fail_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+                          %(errors)s::text[], %(delays)s::float8[], %(finals)s::boolean[]);
 
 -- name: release_jobs
 -- Gives back claimed jobs unrun (row locks): ready again at once. Jobs that never started get
 -- their attempt back; interrupted ones keep it (a job that never fits the grace period still
 -- ends failed). Fenced as above.
-UPDATE {schema}.jobs j
-SET state = CASE WHEN c.started AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
-    attempts = CASE WHEN c.started THEN j.attempts ELSE j.attempts - 1 END,
-    run_at = clock_timestamp(), lease_expires_at = NULL,
-    last_error = CASE WHEN c.started THEN %(reason)s ELSE j.last_error END
-FROM (
-    SELECT j2.id, (%(started)s::boolean[])[pos] AS started
-    FROM {schema}.jobs j2,
-         LATERAL array_position(%(ids)s::bigint[], j2.id) AS pos
-    WHERE j2.id = ANY(%(ids)s::bigint[])
-      AND j2.attempts = (%(attempts)s::integer[])[pos]
-      AND j2.worker = %(worker)s AND j2.lease_expires_at IS NOT NULL
-) c
-WHERE j.id = c.id AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
+SELECT {schema}.release_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+                             %(started)s::boolean[], %(reason)s);
 
 -- name: finish_cancelled_jobs
 -- Moves running jobs whose cancellation took effect (or that cancelled themselves, with a
 -- reason) to finished_jobs as cancelled (row locks). Fenced as above.
-WITH finished AS (
-    DELETE FROM {schema}.jobs j
-    WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
-      AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL
-    RETURNING j.*, (%(reasons)s::text[])[array_position(%(ids)s::bigint[], j.id)] AS reason
-)
-INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
-                                    max_attempts, state, worker, last_error, unique_key,
-                                    created_at, started_at)
-SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, 'cancelled', worker,
-       coalesce(reason, 'cancelled while running'), unique_key, created_at, started_at
-FROM finished;
+SELECT {schema}.finish_cancelled_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+                                      %(reasons)s::text[]);
 
 -- name: snooze_jobs
 -- Puts snoozed jobs back to ready after their delay with their attempt given back (row locks):
 -- a snooze does not spend an attempt. Fenced as above.
-UPDATE {schema}.jobs j
-SET state = 'ready', attempts = j.attempts - 1, lease_expires_at = NULL,
-    run_at = clock_timestamp() + make_interval(secs => c.delay)
-FROM (
-    SELECT j2.id, (%(delays)s::float8[])[pos] AS delay
-    FROM {schema}.jobs j2,
-         LATERAL array_position(%(ids)s::bigint[], j2.id) AS pos
-    WHERE j2.id = ANY(%(ids)s::bigint[])
-      AND j2.attempts = (%(attempts)s::integer[])[pos]
-      AND j2.worker = %(worker)s AND j2.lease_expires_at IS NOT NULL
-) c
-WHERE j.id = c.id AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL;
+SELECT {schema}.snooze_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+                            %(delays)s::float8[]);
 
 -- name: heartbeat_jobs
 -- Extends the leases of this worker's jobs (row locks; a HOT update: no index covers the
 -- lease). Returns the jobs still held, with their cancellation flag; a missing id was rescued.
-UPDATE {schema}.jobs j
-SET lease_expires_at = clock_timestamp() + %(lease)s::interval
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.attempts = (%(attempts)s::integer[])[array_position(%(ids)s::bigint[], j.id)]
-  AND j.worker = %(worker)s AND j.lease_expires_at IS NOT NULL
-RETURNING j.id, j.cancel_requested;
+SELECT id, cancel_requested
+FROM {schema}.heartbeat_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+                             %(lease)s::interval);
 
 -- name: rescue_expired_jobs
 -- Returns running jobs whose lease has expired (their worker stopped heartbeating) to ready, or
 -- to failed when their attempts are used up; cancelled ones finish as cancelled. Only expired
 -- leases: a job whose worker is alive is never taken from it. A returned job keeps its run_at,
 -- so it keeps its place ahead of what was enqueued after it. FOR UPDATE SKIP LOCKED, batches.
-WITH expired AS (
-    SELECT id FROM {schema}.jobs
-    WHERE state = 'running' AND lease_expires_at < clock_timestamp()
-    ORDER BY id
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-), cancelled AS (
-    DELETE FROM {schema}.jobs j USING expired e
-    WHERE j.id = e.id AND j.cancel_requested
-    RETURNING j.*
-), archived AS (
-    INSERT INTO {schema}.finished_jobs (id, queue, kind, args, priority, run_at, attempts,
-                                        max_attempts, state, worker, last_error, unique_key,
-                                        created_at, started_at)
-    SELECT id, queue, kind, args, priority, run_at, attempts, max_attempts, 'cancelled', worker,
-           'cancelled; its worker stopped heartbeating', unique_key, created_at, started_at
-    FROM cancelled
-), rescued AS (
-    UPDATE {schema}.jobs j
-    SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'ready' END,
-        lease_expires_at = NULL,
-        last_error = format('lease expired: worker %%s stopped heartbeating during attempt %%s',
-                            j.worker, j.attempts)
-    FROM expired e
-    WHERE j.id = e.id AND NOT j.cancel_requested
-    RETURNING j.id
-)
-SELECT (SELECT count(*) FROM rescued) + (SELECT count(*) FROM cancelled);
+SELECT {schema}.rescue_expired_jobs(%(batch)s::integer);
 
 -- name: purge_finished
 -- Deletes up to %(batch)s finished jobs that finished before the cutoff (row locks on them).
-DELETE FROM {schema}.finished_jobs
-WHERE id IN (
-    SELECT id FROM {schema}.finished_jobs
-    WHERE finished_at < %(cutoff)s AND (%(state)s::text IS NULL OR state = %(state)s)
-      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-    LIMIT %(batch)s
-);
+SELECT {schema}.purge_finished_jobs(%(cutoff)s::timestamptz, %(state)s::text, %(kind)s::text,
+                                    %(batch)s::integer);
 
 -- name: purge_failed
 -- Deletes up to %(batch)s failed jobs that failed before the cutoff (row locks on them).
-DELETE FROM {schema}.jobs
-WHERE id IN (
-    SELECT id FROM {schema}.jobs
-    WHERE state = 'failed' AND run_at < %(cutoff)s
-      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-);
+WITH purged AS (
+    DELETE FROM {schema}.jobs
+    WHERE id IN (
+        SELECT id FROM {schema}.jobs
+        WHERE state = 'failed' AND run_at < %(cutoff)s
+          AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM purged;
 
 -- name: get_job
 -- One job, live or finished (no locks).
@@ -285,16 +195,12 @@ GROUP BY queue ORDER BY queue;
 
 -- name: set_limit
 -- Creates or replaces one concurrency/rate limit (row lock on it); the bucket starts full.
-INSERT INTO {schema}.job_limits AS l (scope, name, max_running, rate, burst, tokens, refilled_at)
-VALUES (%(scope)s, %(name)s, %(max_running)s::integer, %(rate)s::float8, %(burst)s::float8,
-        coalesce(%(burst)s::float8, 0), clock_timestamp())
-ON CONFLICT (scope, name) DO UPDATE
-SET max_running = excluded.max_running, rate = excluded.rate, burst = excluded.burst,
-    tokens = least(coalesce(excluded.burst, 0), l.tokens);
+SELECT {schema}.set_job_limit(%(scope)s, %(name)s, %(max_running)s::integer, %(rate)s::float8,
+                              %(burst)s::float8);
 
 -- name: delete_limit
 -- Removes one limit (row lock on it).
-DELETE FROM {schema}.job_limits WHERE scope = %(scope)s AND name = %(name)s;
+SELECT {schema}.delete_job_limit(%(scope)s, %(name)s);
 
 -- name: list_limits
 -- Every configured limit (no locks).
@@ -303,35 +209,24 @@ SELECT scope, name, max_running, rate, burst FROM {schema}.job_limits ORDER BY s
 -- name: upsert_schedule
 -- Registers a periodic job (row lock on its schedule row). An unchanged cron keeps its next
 -- tick; a changed one starts from the tick the caller computed.
-INSERT INTO {schema}.job_schedules AS s (name, cron, kind, queue, args, priority, max_attempts,
-                                         next_run_at)
-VALUES (%(name)s, %(cron)s, %(kind)s, %(queue)s, %(args)s::jsonb, %(priority)s,
-        %(max_attempts)s, %(next_run_at)s)
-ON CONFLICT (name) DO UPDATE
-SET cron = excluded.cron, kind = excluded.kind, queue = excluded.queue, args = excluded.args,
-    priority = excluded.priority, max_attempts = excluded.max_attempts,
-    next_run_at = CASE WHEN s.cron = excluded.cron THEN s.next_run_at
-                       ELSE excluded.next_run_at END,
-    updated_at = now();
+SELECT {schema}.upsert_schedule(%(name)s, %(cron)s, %(kind)s, %(queue)s, %(args)s::jsonb,
+                                %(priority)s::integer, %(max_attempts)s::integer,
+                                %(next_run_at)s::timestamptz);
 
 -- name: due_schedules
 -- Locks the given schedules whose tick has come (FOR UPDATE SKIP LOCKED: one worker per tick;
 -- the others skip it) and returns them with the database clock.
-SELECT name, cron, kind, queue, args, priority, max_attempts, next_run_at, clock_timestamp()
-FROM {schema}.job_schedules
-WHERE name = ANY(%(names)s::text[]) AND next_run_at <= clock_timestamp()
-ORDER BY name
-FOR UPDATE SKIP LOCKED;
+SELECT name, cron, kind, queue, args, priority, max_attempts, next_run_at, now
+FROM {schema}.due_schedules(%(names)s::text[]);
 
 -- name: advance_schedule
 -- Moves a locked schedule to its next tick (under the row lock taken by due_schedules).
-UPDATE {schema}.job_schedules SET next_run_at = %(next_run_at)s, last_run_at = %(last_run_at)s
-WHERE name = %(name)s;
+SELECT {schema}.advance_schedule(%(name)s, %(last_run_at)s::timestamptz,
+                                 %(next_run_at)s::timestamptz);
 
 -- name: next_schedule_at
 -- The earliest next tick among the given schedules (no locks).
-SELECT min(next_run_at) - clock_timestamp() FROM {schema}.job_schedules
-WHERE name = ANY(%(names)s::text[]);
+SELECT {schema}.next_schedule_at(%(names)s::text[]);
 
 -- name: db_clock
 -- The database's clock: schedules are computed in database time (no locks).
@@ -340,22 +235,13 @@ SELECT clock_timestamp();
 -- name: queues_ever_used
 -- Which of the queues have (or had, and kept) a job: one index probe or bounded scan per queue,
 -- for the start-up warning about a queue nobody uses (no locks).
-SELECT q FROM unnest(%(queues)s::text[]) AS q
-WHERE EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = q)
-   OR EXISTS (SELECT 1 FROM {schema}.finished_jobs WHERE queue = q);
+SELECT q FROM {schema}.queues_ever_used(%(queues)s::text[]) AS q;
 
 -- name: waiting_unregistered_kinds
 -- Kinds this worker does not register with jobs due for longer than the threshold, from at
 -- most 1000 such jobs (a bounded scan of the ready set; no locks).
-SELECT queue, kind, count(*), max(clock_timestamp() - run_at)
-FROM (
-    SELECT queue, kind, run_at FROM {schema}.jobs
-    WHERE state = 'ready' AND run_at < clock_timestamp() - %(threshold)s::interval
-      AND kind <> ALL(%(kinds)s::text[])
-    LIMIT 1000
-) AS waiting
-GROUP BY queue, kind
-ORDER BY queue, kind;
+SELECT queue, kind, jobs, waited
+FROM {schema}.waiting_unregistered_kinds(%(threshold)s::interval, %(kinds)s::text[]);
 
 -- name: listen_jobs
 -- Subscribes the worker's listener connection to enqueue and cancel wake-ups (no locks).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -44,12 +44,33 @@ def create(
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed if the topic already exists.")
     ] = False,
+    max_lag: Annotated[
+        str | None,
+        typer.Option(
+            "--max-lag",
+            help="Refuse writes while the slowest active group is this many messages behind "
+            "(admission control). Default: off.",
+            show_default=False,
+        ),
+    ] = None,
+    group_ttl: Annotated[
+        str | None,
+        typer.Option(
+            "--group-ttl",
+            help="A group without members or commits for this long expires (7d by default).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a topic."""
     keep = None if retention is None else parse_duration(retention)
+    lag = None if max_lag is None else _parse_max_lag(max_lag)
+    ttl = None if group_ttl is None else parse_duration(group_ttl)
     with open_client(ctx) as client:
         try:
-            client.create_topic(name, partitions=partitions, retention=keep)
+            client.create_topic(
+                name, partitions=partitions, retention=keep, max_lag=lag, group_ttl=ttl
+            )
         except TopicExists:
             if not if_not_exists:
                 raise
@@ -57,6 +78,49 @@ def create(
             return
     kept = "forever" if keep is None else format_duration(keep.total_seconds())
     console.print(f"created topic {name!r}: {partitions} partition(s), retention {kept}")
+
+
+def _parse_max_lag(text: str) -> int | None:
+    if text.lower() == "off":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise fail(f"invalid --max-lag {text!r}: a message count >= 1, or 'off'") from None
+
+
+@app.command("alter")
+def alter(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    max_lag: Annotated[
+        str | None,
+        typer.Option(
+            "--max-lag",
+            help="Messages the slowest active group may lag before writes are refused, or off.",
+            show_default=False,
+        ),
+    ] = None,
+    group_ttl: Annotated[
+        str | None,
+        typer.Option(
+            "--group-ttl",
+            help="How long a group without members or commits stays active (e.g. 7d), or default.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Change a topic's admission control (--max-lag) or group expiry (--group-ttl)."""
+    if max_lag is None and group_ttl is None:
+        raise fail("nothing to alter: give --max-lag and/or --group-ttl")
+    changes: dict[str, Any] = {}
+    if max_lag is not None:
+        changes["max_lag"] = _parse_max_lag(max_lag)
+    if group_ttl is not None:
+        changes["group_ttl"] = None if group_ttl.lower() == "default" else parse_duration(group_ttl)
+    with open_client(ctx) as client:
+        client.alter_topic(name, **changes)
+    console.print(f"altered topic {name!r}: " + ", ".join(f"{k} {v}" for k, v in changes.items()))
 
 
 @app.command("list")
@@ -98,7 +162,9 @@ def describe(
         f"topic {topic.name!r}: {topic.partitions} partition(s), "
         f"{topic.high_water} message(s) written, retention "
         f"{format_duration(topic.retention_seconds) if topic.retention_seconds else 'forever'}, "
-        f"created {when(topic.created_at)}"
+        f"created {when(topic.created_at)}, max lag "
+        f"{'off' if topic.max_lag is None else topic.max_lag}, group ttl "
+        f"{format_duration(topic.group_ttl_seconds or 7 * 86400)}"
     )
     table = Table("partition", "low-water", "high-water", "messages", "bytes")
     for part in topic.partition_info:

@@ -9,6 +9,7 @@ turns the rows into records.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,7 +30,28 @@ from .records import (
 
 GROUP_EXPIRY = timedelta(days=7)
 """A group with no live member and no commit for this long shows as expired in ``list_groups``
-(retention's default ``group_expiry``)."""
+(retention's default ``group_expiry``); a topic's ``group_ttl`` overrides it."""
+
+logger = logging.getLogger("postroom.groups")
+
+UNSET: Any = object()
+"""``alter_topic``'s default: leave the setting as it is."""
+
+
+def check_max_lag(max_lag: int | None) -> int | None:
+    if max_lag is not None and (
+        not isinstance(max_lag, int) or isinstance(max_lag, bool) or max_lag < 1
+    ):
+        raise InvalidArgument(f"invalid max_lag {max_lag!r}: an integer >= 1 (messages), or None")
+    return max_lag
+
+
+def check_group_ttl(group_ttl: timedelta | None) -> timedelta | None:
+    if group_ttl is not None and (
+        not isinstance(group_ttl, timedelta) or group_ttl <= timedelta(0)
+    ):
+        raise InvalidArgument(f"invalid group_ttl {group_ttl!r}: a positive timedelta or None")
+    return group_ttl
 
 
 class LogAdmin:
@@ -42,9 +64,18 @@ class LogAdmin:
 
     # -- topics -----------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int, retention: timedelta | None) -> None:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        retention: timedelta | None,
+        max_lag: int | None = None,
+        group_ttl: timedelta | None = None,
+    ) -> None:
         check_name("topic", name)
         check_partition_count(partitions)
+        check_max_lag(max_lag)
+        check_group_ttl(group_ttl)
         if retention is not None and (
             not isinstance(retention, timedelta) or retention <= timedelta(0)
         ):
@@ -55,16 +86,48 @@ class LogAdmin:
                     self._db.q("create_topic"),
                     {"name": name, "partitions": partitions, "retention": retention},
                 )
+                if max_lag is not None or group_ttl is not None:
+                    conn.execute(
+                        self._db.q("alter_topic"),
+                        {"name": name, "max_lag": max_lag, "group_ttl": group_ttl},
+                    )
         except pg_errors.UniqueViolation:
             raise TopicExists(f"topic {name!r} already exists") from None
+
+    def alter_topic(self, name: str, max_lag: int | None, group_ttl: timedelta | None) -> None:
+        """Set ``max_lag``/``group_ttl`` (``UNSET`` keeps one as it is; None turns it off)."""
+        check_name("topic", name)
+        if max_lag is not UNSET:
+            check_max_lag(max_lag)
+        if group_ttl is not UNSET:
+            check_group_ttl(group_ttl)
+        with self._db.connection() as conn:
+            cur = conn.execute(self._db.q("topic_limits"), {"name": name})
+            row = cur.fetchone()
+            if row is None:
+                raise TopicNotFound(f"unknown topic {name!r}")
+            params = {
+                "name": name,
+                "max_lag": row[0] if max_lag is UNSET else max_lag,
+                "group_ttl": row[1] if group_ttl is UNSET else group_ttl,
+            }
+            conn.execute(self._db.q("alter_topic"), params)
 
     def list_topics(self) -> list[TopicInfo]:
         with self._db.connection() as conn:
             cur = conn.execute(self._db.q("list_topics"))
             rows = cur.fetchall()
         return [
-            TopicInfo(name, parts, None if ret is None else ret.total_seconds(), created, high)
-            for name, parts, ret, created, high in rows
+            TopicInfo(
+                name,
+                parts,
+                None if ret is None else ret.total_seconds(),
+                created,
+                high,
+                max_lag=max_lag,
+                group_ttl_seconds=None if ttl is None else ttl.total_seconds(),
+            )
+            for name, parts, ret, created, high, max_lag, ttl in rows
         ]
 
     def describe_topic(self, name: str) -> TopicInfo:
@@ -81,6 +144,8 @@ class LogAdmin:
                     topic.created_at,
                     topic.high_water,
                     parts,
+                    topic.max_lag,
+                    topic.group_ttl_seconds,
                 )
         raise TopicNotFound(f"unknown topic {name!r}")
 
@@ -127,6 +192,16 @@ class LogAdmin:
                 {"group_expiry": group_expiry, "batch": batch_size},
             )
             row = cur.fetchone()
+            cur = conn.execute(self._db.q("expired_groups"), {"expiry": group_expiry})
+            for group, topic, last_commit in cur.fetchall():
+                logger.warning(
+                    "consumer group %r expired on topic %r (no live member and no activity "
+                    "within its group ttl; last commit %s): it no longer holds back retention "
+                    "or admission",
+                    group,
+                    topic,
+                    last_commit.isoformat(timespec="seconds"),
+                )
         return 0 if row is None else int(row[0])
 
     # -- groups -----------------------------------------------------------------------------

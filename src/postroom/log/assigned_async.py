@@ -14,12 +14,13 @@ import psycopg
 
 from .._acompat import acall_hook
 from .._db_async import AsyncDatabase
-from ..errors import Fenced, InvalidArgument
-from .membership_async import AsyncMembership, Lease
+from ..errors import Fenced, InvalidArgument, TopicNotFound
+from .membership_async import DEFAULT_MAX_POLL_INTERVAL, AsyncMembership, Lease
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .records import (
     Message,
     TopicPartition,
+    check_max_poll_interval,
     check_member_id,
     check_name,
     check_session_timeout,
@@ -61,6 +62,7 @@ class AsyncAssignedPartitions:
         auto_offset_reset: OffsetReset,
         member_id: str | None,
         session_timeout: float,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None,
     ) -> None:
@@ -81,6 +83,7 @@ class AsyncAssignedPartitions:
         self._requested = None if partitions is None else [TopicPartition(*p) for p in partitions]
         self.member_id = check_member_id(member_id)
         self.session_timeout = check_session_timeout(session_timeout)
+        self.max_poll_interval = check_max_poll_interval(max_poll_interval)
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._assigned: dict[TopicPartition, _Assigned] = {}
@@ -106,6 +109,13 @@ class AsyncAssignedPartitions:
 
     async def _ensure_assigned(self) -> None:
         if self._ready:
+            if self._membership is not None and self._membership.poll_expired:
+                # Left for not polling in time (max_poll_interval): drop what it held
+                # (on_revoke), then join again and start from the committed cursors.
+                await self._apply_assignment()
+                await self._membership.join()
+            elif self._membership is None:
+                await self._follow_topics()
             await self._apply_assignment()
             return
         if self._closed:
@@ -120,6 +130,8 @@ class AsyncAssignedPartitions:
                 self._topic_names,
                 self.session_timeout,
                 self._release_idle,
+                self.max_poll_interval,
+                lambda: self._in_transaction,
             )
             await self._membership.join()
             self._ready = True
@@ -142,18 +154,53 @@ class AsyncAssignedPartitions:
         await self._start_partitions(added)
         self._ready = True
 
-    async def _start_partitions(self, added: list[_Assigned]) -> None:
-        """Create missing cursors of ``added`` and start each at its committed offset."""
+    async def _follow_topics(self) -> None:
+        """A consumer outside the group's assignment (``partitions=``, or one without a group)
+        checks its topics against the metadata cache (re-read every few seconds): a topic
+        deleted raises :class:`TopicNotFound`; a topic deleted and created again is read afresh,
+        from the earliest offset of the same partitions (issue 10, item 9)."""
+        with self._lock:
+            current = {a.meta.name: a.meta for a in self._assigned.values()}
+        for name, old in current.items():
+            try:
+                meta = await self._topics_cache.get(name)
+            except TopicNotFound:
+                raise TopicNotFound(
+                    f"topic {name!r} was deleted while this consumer read it: create it again "
+                    "to go on, or close the consumer"
+                ) from None
+            if meta.id == old.id:
+                continue
+            with self._lock:
+                mine = [a for a in self._assigned.values() if a.meta.name == name]
+                for assigned in mine:
+                    self._remove(assigned)
+            for assigned in mine:
+                if assigned.partition >= meta.partitions:
+                    raise InvalidArgument(
+                        f"topic {name!r} was created again with {meta.partitions} partition(s): "
+                        f"partition {assigned.partition} no longer exists"
+                    )
+            await self._start_partitions(
+                [_Assigned(meta, a.partition) for a in mine], reset="earliest"
+            )
+
+    async def _start_partitions(
+        self, added: list[_Assigned], reset: OffsetReset | None = None
+    ) -> None:
+        """Create missing cursors of ``added`` (at ``reset``, default ``auto_offset_reset``)
+        and start each at its committed offset."""
         if not added:
             return
         ids = self._id_arrays(added)
+        reset = reset or self._auto_offset_reset
         async with self._db.connection() as conn:
             if self.group is None:
                 cur = await conn.execute(self._db.q("partition_bounds"), ids)
-                low_or_high = 2 if self._auto_offset_reset == "earliest" else 3
+                low_or_high = 2 if reset == "earliest" else 3
                 rows = [(r[0], r[1], r[low_or_high]) for r in await cur.fetchall()]
             else:
-                rows = await self._read_cursors(conn, ids)
+                rows = await self._read_cursors(conn, ids, reset)
         start = {(topic_id, partition): offset for topic_id, partition, offset in rows}
         with self._lock:
             for assigned in added:
@@ -168,12 +215,12 @@ class AsyncAssignedPartitions:
                 self._lost.discard(assigned.tp)
 
     async def _read_cursors(
-        self, conn: psycopg.AsyncConnection[Any], ids: dict[str, list[int]]
+        self, conn: psycopg.AsyncConnection[Any], ids: dict[str, list[int]], reset: OffsetReset
     ) -> list[tuple[int, int, int]]:
         """Create the group's missing cursors, then read them."""
         await conn.execute(
             self._db.q("ensure_cursors"),
-            {"group": self.group, "reset": self._auto_offset_reset, **ids},
+            {"group": self.group, "reset": reset, **ids},
         )
         cur = await conn.execute(self._db.q("read_cursors"), {"group": self.group, **ids})
         return [(t, p, o) for t, p, o in await cur.fetchall()]

@@ -22,6 +22,7 @@ from .assigned import (
     AssignedPartitions,
     OffsetReset,
 )
+from .membership import DEFAULT_MAX_POLL_INTERVAL
 from .metadata import TopicCache
 from .records import Message, TopicPartition, build_message, check_offset, decode_headers
 
@@ -92,6 +93,7 @@ class Consumer(AssignedPartitions):
         auto_offset_reset: OffsetReset = "earliest",
         member_id: str | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> None:
@@ -104,6 +106,7 @@ class Consumer(AssignedPartitions):
             auto_offset_reset=auto_offset_reset,
             member_id=member_id,
             session_timeout=session_timeout,
+            max_poll_interval=max_poll_interval,
             on_assign=on_assign,
             on_revoke=on_revoke,
         )
@@ -123,6 +126,8 @@ class Consumer(AssignedPartitions):
         if max_bytes < 1:
             raise InvalidArgument(f"invalid max_bytes {max_bytes!r}: must be >= 1")
         self._ensure_assigned()
+        if self._membership is not None:
+            self._membership.polled()
         deadline = time.monotonic() + max(timeout, 0)
         while True:
             self._apply_assignment()
@@ -241,6 +246,12 @@ class Consumer(AssignedPartitions):
         (use ``Client.reset_group`` to go back). A member that lost a partition (session
         expired, handed over) gets :class:`Fenced` and nothing of the call is stored."""
         self._need_group("commit")
+        if self._membership is not None and self._membership.poll_expired:
+            raise Fenced(
+                f"member {self.member_id!r} left group {self.group!r}: it did not poll within "
+                f"max_poll_interval ({self.max_poll_interval:g} s), so its partitions moved; "
+                "nothing was committed, and the next poll() joins the group again"
+            )
         if not self._ready:
             self._ensure_assigned()
         # Assignment changes are applied by poll() only, never here: a partition being handed
@@ -339,6 +350,8 @@ class Consumer(AssignedPartitions):
         self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
         self._in_transaction = True
+        if self._membership is not None:
+            self._membership.polled()
         try:
             with self._session_guard():
                 with self._db.connection() as conn:
@@ -358,6 +371,8 @@ class Consumer(AssignedPartitions):
                         )
         finally:
             self._in_transaction = False
+            if self._membership is not None:
+                self._membership.polled()
         if messages:
             # Committed: later polls continue after the claimed range.
             with self._lock:

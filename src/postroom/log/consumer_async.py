@@ -20,6 +20,7 @@ from .assigned_async import (
     AsyncAssignedPartitions,
     OffsetReset,
 )
+from .membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .metadata_async import AsyncTopicCache
 from .records import Message, TopicPartition, build_message, check_offset, decode_headers
 
@@ -90,6 +91,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
         auto_offset_reset: OffsetReset = "earliest",
         member_id: str | None = None,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> None:
@@ -102,6 +104,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
             auto_offset_reset=auto_offset_reset,
             member_id=member_id,
             session_timeout=session_timeout,
+            max_poll_interval=max_poll_interval,
             on_assign=on_assign,
             on_revoke=on_revoke,
         )
@@ -121,6 +124,8 @@ class AsyncConsumer(AsyncAssignedPartitions):
         if max_bytes < 1:
             raise InvalidArgument(f"invalid max_bytes {max_bytes!r}: must be >= 1")
         await self._ensure_assigned()
+        if self._membership is not None:
+            self._membership.polled()
         deadline = time.monotonic() + max(timeout, 0)
         while True:
             await self._apply_assignment()
@@ -241,6 +246,12 @@ class AsyncConsumer(AsyncAssignedPartitions):
         (use ``Client.reset_group`` to go back). A member that lost a partition (session
         expired, handed over) gets :class:`Fenced` and nothing of the call is stored."""
         self._need_group("commit")
+        if self._membership is not None and self._membership.poll_expired:
+            raise Fenced(
+                f"member {self.member_id!r} left group {self.group!r}: it did not poll within "
+                f"max_poll_interval ({self.max_poll_interval:g} s), so its partitions moved; "
+                "nothing was committed, and the next poll() joins the group again"
+            )
         if not self._ready:
             await self._ensure_assigned()
         # Assignment changes are applied by poll() only, never here: a partition being handed
@@ -341,6 +352,8 @@ class AsyncConsumer(AsyncAssignedPartitions):
         await self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
         self._in_transaction = True
+        if self._membership is not None:
+            self._membership.polled()
         try:
             with self._session_guard():
                 async with self._db.connection() as conn:
@@ -360,6 +373,8 @@ class AsyncConsumer(AsyncAssignedPartitions):
                         )
         finally:
             self._in_transaction = False
+            if self._membership is not None:
+                self._membership.polled()
         if messages:
             # Committed: later polls continue after the claimed range.
             with self._lock:

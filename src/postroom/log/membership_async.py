@@ -29,6 +29,8 @@ from .metadata_async import AsyncTopicCache, TopicMeta
 log = logging.getLogger("postroom.groups")
 
 CHANNEL = "postroom_groups"
+DEFAULT_MAX_POLL_INTERVAL = 300.0
+"""Seconds a member may go without polling before it leaves its group (Kafka's default)."""
 WAIT_SLICE = 0.2
 """Longest single wait for a notification, so a stop request is noticed promptly."""
 
@@ -66,6 +68,8 @@ class AsyncMembership:
         topic_names: list[str],
         session_timeout: float,
         release_idle: Callable[[list[Lease]], list[Lease]],
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        is_busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self._db = db
         self._topics_cache = topics_cache
@@ -84,13 +88,21 @@ class AsyncMembership:
         self._poke = AEvent()
         self._task: Any = None
         self._next_wait = session_timeout / 3
+        self.max_poll_interval = max_poll_interval
+        self._is_busy = is_busy
+        self.last_poll = time.monotonic()
+        self.poll_expired = False
+        """Set when the member left the group for not polling within ``max_poll_interval``."""
 
     # -- life cycle -------------------------------------------------------------------------
 
     async def join(self) -> None:
         """Register, take part in the rebalance, and wait (up to 1.5 session timeouts) until
         every partition assigned to this member is taken; then keep heartbeating. Partitions
-        still held by others then (a long batch in flight) come in a later ``poll()``."""
+        still held by others then (a long batch in flight) come in a later ``poll()``. Also
+        rejoins after the member left for exceeding ``max_poll_interval``."""
+        self.poll_expired = False
+        self.last_poll = time.monotonic()
         await self._connect_listener()
         try:
             await self._beat(joining=True)
@@ -117,6 +129,17 @@ class AsyncMembership:
             except TimeoutError:
                 log.warning("member %s: heartbeat loop did not stop in time", self.member_id)
             self._task = None
+        await self._send_leave()
+        self.leases = {}
+        self.version += 1
+        await self._close_listener()
+        await self._close_connection()
+
+    def polled(self) -> None:
+        """The consumer polled (or claimed a batch): restart the ``max_poll_interval`` clock."""
+        self.last_poll = time.monotonic()
+
+    async def _send_leave(self) -> None:
         try:
             held = [lease for lease in self.leases.values() if lease.state != "pending"]
             async with self._db.connection() as conn:
@@ -132,10 +155,33 @@ class AsyncMembership:
                 )
         except (psycopg.Error, PostroomError) as exc:
             log.warning("member %s could not leave group %s: %s", self.member_id, self.group, exc)
+
+    async def _leave_for_poll_interval(self) -> None:
+        """Kafka's ``max.poll.interval.ms``: a member whose consumer stopped polling (a stuck
+        handler) cannot hand over a partition it was asked to give up, so it leaves the group
+        and its partitions move. Its next ``commit()`` raises ``Fenced``; ``poll()`` rejoins."""
+        log.warning(
+            "member %s of group %s did not poll for %.1f s (max_poll_interval %g s): leaving "
+            "the group so its partitions move; its next poll() rejoins",
+            self.member_id,
+            self.group,
+            time.monotonic() - self.last_poll,
+            self.max_poll_interval,
+        )
+        await self._send_leave()
+        self.poll_expired = True
         self.leases = {}
         self.version += 1
         await self._close_listener()
         await self._close_connection()
+
+    def _poll_overdue(self) -> bool:
+        return not self._is_busy() and time.monotonic() - self.last_poll > self.max_poll_interval
+
+    def _until_poll_due(self) -> float:
+        if self._is_busy():
+            return self._next_wait
+        return max(0.01, self.last_poll + self.max_poll_interval - time.monotonic() + 0.01)
 
     async def release(self, leases: Iterable[Lease]) -> None:
         """Hand partitions back (after their batch in flight), so their targets take them."""
@@ -164,8 +210,11 @@ class AsyncMembership:
         backoff = 0.1
         while not self._stop.is_set():
             try:
-                await self._wait(self._next_wait)
+                await self._wait(min(self._next_wait, self._until_poll_due()))
                 if self._stop.is_set():
+                    return
+                if self._poll_overdue():
+                    await self._leave_for_poll_interval()
                     return
                 await self._beat(joining=False)
                 backoff = 0.1

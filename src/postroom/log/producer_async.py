@@ -14,9 +14,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg.types.string import BytesBinaryDumper
 
-from .._acompat import ACondition, AFuture, ALock, agather, aspawn, new_future
+from .._acompat import ACondition, AFuture, ALock, agather, asleep, aspawn, new_future
 from .._db_async import AsyncDatabase
-from ..errors import InvalidArgument, ProducerClosed, TopicNotFound
+from ..errors import BacklogFull, InvalidArgument, ProducerClosed, TopicNotFound
 from .errors import log_errors
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .partitioner import partition_for_key
@@ -24,6 +24,13 @@ from .records import HeaderValue, Published, Record, Value, make_record
 
 COPY_TYPES = ["int4", "int4", "int8", "bytea", "bytea", "jsonb"]
 """Column types of ``copy_messages``: topic_id, partition, offset, key, value, headers."""
+
+
+def check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (
+        not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout >= 0
+    ):
+        raise InvalidArgument(f"invalid timeout {timeout!r}: seconds >= 0, or None")
 
 
 class AsyncAppender:
@@ -40,12 +47,28 @@ class AsyncAppender:
         self._topics = topics
         self._sticky = itertools.count(random.randrange(1 << 16))
 
-    async def append(self, records: list[Record], conn: object = None) -> list[Published]:
+    async def append(
+        self, records: list[Record], conn: object = None, timeout: float | None = None
+    ) -> list[Published]:
+        """Write ``records``. A write refused by admission control (:class:`BacklogFull`) is
+        tried again, with backoff, for up to ``timeout`` seconds (not in the caller's
+        transaction ``conn``, which the refusal aborted)."""
         if not records:
             return []
-        with log_errors():
-            async with self._db.connection(conn) as db_conn:
-                return await self._append(db_conn, records, use_conn=conn is not None)
+        check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            try:
+                with log_errors():
+                    async with self._db.connection(conn) as db_conn:
+                        return await self._append(db_conn, records, use_conn=conn is not None)
+            except BacklogFull:
+                remaining = 0.0 if deadline is None else deadline - time.monotonic()
+                if conn is not None or remaining <= 0:
+                    raise
+                await asleep(min(delay, remaining))
+                delay = min(delay * 2, 0.5)
 
     async def _append(
         self, conn: psycopg.AsyncConnection[Any], records: list[Record], *, use_conn: bool
@@ -193,13 +216,20 @@ class AsyncProducer:
     """
 
     def __init__(
-        self, appender: AsyncAppender, *, linger_ms: float = 5, batch_size: int = 10000
+        self,
+        appender: AsyncAppender,
+        *,
+        linger_ms: float = 5,
+        batch_size: int = 10000,
+        backlog_timeout: float | None = None,
     ) -> None:
         if linger_ms < 0:
             raise InvalidArgument(f"invalid linger_ms {linger_ms!r}: must be >= 0")
         if batch_size < 1:
             raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
+        check_timeout(backlog_timeout)
         self._appender = appender
+        self._backlog_timeout = backlog_timeout
         self._linger = linger_ms / 1000
         self._batch_size = batch_size
         # Two locks: ``_buffer_lock`` guards the pending lists and ``_closed`` and is the only
@@ -330,7 +360,7 @@ class AsyncProducer:
         if not records:
             return
         try:
-            results = await self._appender.append(records)
+            results = await self._appender.append(records, timeout=self._backlog_timeout)
         except InvalidArgument as exc:
             if len(records) == 1:
                 futures[0].set_exception(exc)

@@ -150,6 +150,18 @@ def check_member_id(member_id: object) -> str:
     return member_id
 
 
+def check_max_poll_interval(seconds: object) -> float:
+    if (
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not 0.05 <= seconds <= 86400
+    ):
+        raise InvalidArgument(
+            f"invalid max_poll_interval {seconds!r}: must be between 0.05 and 86400 seconds"
+        )
+    return float(seconds)
+
+
 def check_session_timeout(seconds: object) -> float:
     if (
         not isinstance(seconds, int | float)
@@ -299,6 +311,10 @@ class TopicInfo:
     high_water: int
     """Sum of the partitions' high-water marks: messages ever written to the topic."""
     partition_info: tuple[PartitionInfo, ...] = ()
+    max_lag: int | None = None
+    """Admission control: writes are refused while a group lags this much (None: off)."""
+    group_ttl_seconds: float | None = None
+    """How long a group without members or commits stays active (None: the 7-day default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,8 +342,9 @@ class GroupInfo:
     members: int = 0
     """Live members (consumers that joined the group and heartbeat)."""
     state: str = ""
-    """``active`` (live members), ``idle`` (none) or ``expired`` (none, and no commit within
-    the default group expiry of retention, 7 days); set by ``list_groups``."""
+    """``active`` (live members), ``idle`` (none) or ``expired`` (none, and no activity within
+    the topic's ``group_ttl``, 7 days by default: it holds back neither retention nor
+    admission; docs/log.md, "Group hygiene"); set by ``list_groups``."""
 
 
 class Record(NamedTuple):

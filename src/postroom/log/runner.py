@@ -96,6 +96,7 @@ class Runner:
                             sub.group,
                             list(sub.topics),
                             session_timeout=sub.session_timeout,
+                            max_poll_interval=sub.max_poll_interval,
                             member_id=None if sub.member_id is None else f"{sub.member_id}-{index}",
                         )
                     if sub.transactional:

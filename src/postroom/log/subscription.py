@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgument
-from .records import check_member_id, check_name, check_session_timeout
+from .records import (
+    check_max_poll_interval,
+    check_member_id,
+    check_name,
+    check_session_timeout,
+)
 
 DLQ_SUFFIX = ".dlq"
 DLQ_HEADERS = ("topic", "partition", "offset", "attempts", "error")
@@ -40,6 +45,8 @@ class Subscription:
     concurrency: int = 1
     max_messages: int = 100
     session_timeout: float = 10.0
+    max_poll_interval: float = 300.0
+    """A member whose handler runs longer than this leaves its group (docs/log.md)."""
     member_id: str | None = None
 
     def retry_wait(self, attempt: int) -> float:
@@ -74,17 +81,23 @@ def make_subscription(
         value = options.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 100_000:
             raise InvalidArgument(f"invalid {key} {value!r}: an integer from 1 to 100000")
-    if "session_timeout" in options:
-        check_session_timeout(options["session_timeout"])
-    if options.get("member_id") is not None:
-        check_member_id(options["member_id"])
-    if options.get("dead_letter_topic") is not None:
-        check_name("topic", options["dead_letter_topic"])
+    _check_membership_options(options)
     for key in ("retry_delay", "max_retry_delay"):
         value = options.get(key, 0.0)
         if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 3600:
             raise InvalidArgument(f"invalid {key} {value!r}: seconds from 0 to 3600")
     return Subscription(names, group, handler, **options)
+
+
+def _check_membership_options(options: dict[str, Any]) -> None:
+    if "session_timeout" in options:
+        check_session_timeout(options["session_timeout"])
+    if "max_poll_interval" in options:
+        check_max_poll_interval(options["max_poll_interval"])
+    if options.get("member_id") is not None:
+        check_member_id(options["member_id"])
+    if options.get("dead_letter_topic") is not None:
+        check_name("topic", options["dead_letter_topic"])
 
 
 class Subscriptions:

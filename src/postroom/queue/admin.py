@@ -121,8 +121,10 @@ class JobAdmin:
         while True:
             with self.db.connection() as conn:
                 cur = conn.execute(query, params)
-                total += cur.rowcount
-            if cur.rowcount < batch:
+                row = cur.fetchone()
+            purged = int(row[0]) if row else 0
+            total += purged
+            if purged < batch:
                 return total
 
     def stats(self, window: float = 60.0) -> JobStats:

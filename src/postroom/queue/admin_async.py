@@ -119,8 +119,10 @@ class AsyncJobAdmin:
         while True:
             async with self.db.connection() as conn:
                 cur = await conn.execute(query, params)
-                total += cur.rowcount
-            if cur.rowcount < batch:
+                row = await cur.fetchone()
+            purged = int(row[0]) if row else 0
+            total += purged
+            if purged < batch:
                 return total
 
     async def stats(self, window: float = 60.0) -> JobStats:
