@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import postroom
 from postroom.errors import InvalidArgument, InvalidName, RoleNotFound
 
+from .roles import login_role
+
 
 @pytest.fixture
 def role(client: postroom.Client) -> Iterator[str]:
-    """A LOGIN role (cluster-wide, so uniquely named), dropped after the test."""
-    name = f"postroom_role_{os.getpid()}"
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    yield name
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    """A LOGIN role, dropped after the test."""
+    with login_role(client.conninfo, "postroom_role") as name:
+        yield name
 
 
 def as_role(client: postroom.Client, role: str) -> postroom.Client:

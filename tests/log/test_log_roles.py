@@ -3,7 +3,6 @@ more (issue 10, item 2). Each test logs in AS the role and tries every table-lev
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,21 +14,17 @@ from psycopg.conninfo import make_conninfo
 import postroom
 from postroom.errors import PermissionDenied
 
+from ..roles import login_role as make_login_role
+
 DENIED = psycopg.errors.InsufficientPrivilege
 NOT_RESERVED = psycopg.errors.CheckViolation
 
 
 @pytest.fixture
 def login_role(client: postroom.Client) -> Iterator[str]:
-    """A LOGIN role (cluster-wide, so uniquely named), dropped after the test."""
-    name = f"postroom_log_role_{os.getpid()}"
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    yield name
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    """A LOGIN role, dropped after the test."""
+    with make_login_role(client.conninfo, "postroom_log_role") as name:
+        yield name
 
 
 def role_url(client: postroom.Client, role: str) -> str:

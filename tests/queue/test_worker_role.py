@@ -4,7 +4,6 @@ as a role granted only "worker" runs jobs of every outcome, and every table-leve
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 
 import psycopg
@@ -15,20 +14,15 @@ from psycopg.conninfo import make_conninfo
 import postroom
 from postroom.queue.backoff import Backoff
 
+from ..roles import login_role
 from .helpers import running, scalar, wait_for
 
 
 @pytest.fixture
 def role(client: postroom.Client) -> Iterator[str]:
-    """A LOGIN role (cluster-wide, so uniquely named), dropped after the test."""
-    name = f"postroom_wrole_{os.getpid()}"
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    yield name
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    """A LOGIN role, dropped after the test."""
+    with login_role(client.conninfo, "postroom_wrole") as name:
+        yield name
 
 
 WORKER_ESCAPES = [

@@ -4,18 +4,18 @@ receivers serialized on the id, pruning, least privilege."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import postroom
 from postroom.errors import InvalidArgument, InvalidName
+
+from ..roles import login_role
 
 
 def test_seen_says_duplicate_only_after_a_commit(client: postroom.Client, dsn: str) -> None:
@@ -94,14 +94,9 @@ def test_bad_input(client: postroom.Client, dsn: str) -> None:
 
 @pytest.fixture
 def role(client: postroom.Client) -> Iterator[str]:
-    name = f"postroom_inbox_{os.getpid()}"
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    yield name
-    with psycopg.connect(client.conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    """A LOGIN role, dropped after the test."""
+    with login_role(client.conninfo, "postroom_inbox") as name:
+        yield name
 
 
 def test_a_consumer_role_keeps_an_inbox(client: postroom.Client, role: str) -> None:
