@@ -117,7 +117,8 @@ class Route:
         headers[ID_HEADER] = message.id
         return Outbound(
             message.id,
-            self._destination(self.template or "{topic}", message),
+            # No template: the topic's own name (the common case, without formatting).
+            message.topic if self.template is None else self._destination(self.template, message),
             message.key,
             message.value,
             headers,
