@@ -10,6 +10,7 @@ cursors and lag, and every read returns exactly the model's offsets with the val
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from datetime import timedelta
@@ -22,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 import postroom
 from postroom import TopicPartition
+from postroom.errors import GroupNotFound
 
 PARTITIONS = 2
 GROUPS = ("g0", "g1", "g2")
@@ -160,6 +162,15 @@ class LogModel(RuleBasedStateMachine):
                 self.low[partition] = keep_from
         # Other topics' messages are never old: only this topic can lose messages.
         assert self.client.apply_retention() == deleted
+
+    def teardown(self) -> None:
+        """Examples share the database: drop this one's topic and groups, or the next
+        example's global ``apply_retention()`` would also act on them (aged messages pinned
+        by groups of the same names), and replays would not be reproducible."""
+        self.client.delete_topic(self.topic)
+        for group in GROUPS:
+            with contextlib.suppress(GroupNotFound):
+                self.client.delete_group(group)
 
     # -- invariants -------------------------------------------------------------------------
 
