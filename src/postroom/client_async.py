@@ -13,12 +13,15 @@ from ._db_async import AsyncDatabase, open_database
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
 from .log.admin_async import AsyncLogAdmin
-from .log.consumer_async import AsyncConsumer, OffsetReset
+from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .log.consumer_async import AsyncConsumer
+from .log.deadletters_async import AsyncDeadLetters
 from .log.metadata_async import AsyncTopicCache
 from .log.producer_async import AsyncAppender, AsyncProducer
 from .log.records import (
     GroupInfo,
     HeaderValue,
+    Message,
     Published,
     TopicInfo,
     TopicPartition,
@@ -26,6 +29,8 @@ from .log.records import (
     batch_record,
     make_record,
 )
+from .log.runner_async import AsyncRunner
+from .log.subscription import Subscriptions
 from .queue.backoff import Backoff
 from .queue.cron import parse_cron
 from .queue.jobs_async import AsyncJob, AsyncJobFunction, AsyncJobs
@@ -33,6 +38,12 @@ from .queue.options import EnqueueOptions
 from .queue.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobInfo, JobStats
 from .queue.serializer import Serializer, check_serializer
 from .queue.worker_async import AsyncWorker
+from .relay.inbox_async import AsyncInbox, prune_inbox
+from .relay.loop import AsyncRelay
+from .relay.records import RelayStatus
+from .relay.routing import event_record
+from .relay.sinks import Sink
+from .relay.status_async import relay_status as _relay_status
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -82,6 +93,8 @@ class AsyncClient:
         self._appender = AsyncAppender(db, self._topics)
         self._admin = AsyncLogAdmin(db, self._topics)
         self._schema = AsyncSchema(db)
+        self._subscriptions = Subscriptions()
+        self._dead_letters = AsyncDeadLetters(self)
 
     @property
     def schema(self) -> str:
@@ -193,13 +206,17 @@ class AsyncClient:
 
     def consumer(
         self,
-        group: str,
+        group: str | None,
         topics: str | Iterable[str],
         *,
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
+        member_id: str | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        on_assign: Callable[[set[TopicPartition]], Any] | None = None,
+        on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> AsyncConsumer:
-        """A member of consumer group ``group``; see ``Consumer``/``AsyncConsumer``."""
+        """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
         return AsyncConsumer(
             self._db,
             self._topics,
@@ -207,7 +224,85 @@ class AsyncClient:
             [topics] if isinstance(topics, str) else topics,
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
+            member_id=member_id,
+            session_timeout=session_timeout,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
         )
+
+    def subscribe(
+        self, topics: str | Iterable[str], *, group: str, **options: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a handler that ``runner()`` (or ``postroom run MODULE``) runs as members of
+        ``group``; returns it unchanged. Options: see ``postroom.log.subscription.Subscription``.
+
+            @client.subscribe("orders", group="billing", transactional=True)
+            async def bill(message, conn): ...
+        """
+        return self._subscriptions.decorator(topics, group, options)
+
+    def runner(self) -> AsyncRunner:
+        """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
+        return AsyncRunner(self, self._subscriptions.items)
+
+    async def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
+        """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
+        return await self._dead_letters.list(topic, limit)
+
+    async def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
+        """Publish ``topic``'s dead letters to their source again, each once; returns how many."""
+        return await self._dead_letters.replay(topic, group)
+
+    # -- outbox relay -----------------------------------------------------------------------
+    # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.
+
+    async def publish_event(
+        self,
+        conn: object,
+        aggregate_type: str,
+        aggregate_id: str | int,
+        event_type: str,
+        payload: Value,
+        headers: Mapping[str, HeaderValue] | None = None,
+        *,
+        topic: str = "outbox",
+    ) -> Published:
+        """Write an outbox event in the caller's transaction (``conn``; None commits at once).
+
+        Key = ``aggregate_id`` (so one aggregate's events keep their order), value =
+        ``payload`` (JSON for dicts and lists), headers ``id`` (a new UUID), ``aggregatetype``,
+        ``aggregateid``, ``type``: the columns Debezium's outbox event router reads, so
+        ``Route("debezium")`` relays it exactly as Debezium would.
+
+            async with conn.transaction():
+                await conn.execute("INSERT INTO orders ...")
+                await client.publish_event(conn, "order", 42, "OrderCreated", {"total": 10})
+        """
+        record = event_record(topic, aggregate_type, aggregate_id, event_type, payload, headers)
+        return (await self._appender.append([record], conn))[0]
+
+    def relay(self, topics: str | Iterable[str], sink: Sink | str, **options: Any) -> AsyncRelay:
+        """A relay carrying ``topics`` to ``sink`` (a URL like ``redis://127.0.0.1:6379`` or a
+        :class:`postroom.relay.Sink`); see :class:`AsyncRelay` for the options (``group``,
+        ``route``, ``batch_size``, ``max_attempts``, ...). ``relay.run()`` runs it."""
+        return AsyncRelay(self, topics, sink, **options)
+
+    def inbox(self, conn: object, name: str = "default") -> AsyncInbox:
+        """The inbox ``name`` in the transaction of ``conn``: ``seen(message_id)`` records a
+        processed message's id and says whether it was recorded before; see ``Inbox``."""
+        return AsyncInbox(self._db, conn, name)
+
+    async def prune_inbox(
+        self, older_than: timedelta, *, name: str | None = None, batch_size: int = 10000
+    ) -> int:
+        """Forget inbox ids recorded more than ``older_than`` ago (of inbox ``name``, or all);
+        returns how many. Deletes in batches of ``batch_size``, each its own transaction."""
+        return await prune_inbox(self._db, older_than, name, batch_size)
+
+    async def relay_status(self, groups: Iterable[str] | None = None) -> list[RelayStatus]:
+        """Per relay (its group; default: every group named ``relay.*``): messages pending and
+        the age of the oldest pending one, as :class:`RelayStatus`."""
+        return await _relay_status(self, groups)
 
     # -- groups -----------------------------------------------------------------------------
 

@@ -52,22 +52,22 @@ def partition_rows(conninfo: str, partition: int = 0) -> list[tuple[int, bytes]]
 
 
 @pytest.mark.slow
-def test_producers_in_several_processes_get_gapless_offsets(any_client: postroom.Client) -> None:
-    any_client.create_topic("t", partitions=2)
+def test_producers_in_several_processes_get_gapless_offsets(client: postroom.Client) -> None:
+    client.create_topic("t", partitions=2)
     procs = [
-        subprocess.Popen([sys.executable, "-c", PRODUCER, any_client.conninfo, f"p{i}", "300"])
+        subprocess.Popen([sys.executable, "-c", PRODUCER, client.conninfo, f"p{i}", "300"])
         for i in range(4)
     ]
     for proc in procs:
         assert proc.wait(timeout=90) == 0
-    rows = partition_rows(any_client.conninfo)
+    rows = partition_rows(client.conninfo)
     assert [offset for offset, _ in rows] == list(range(1200))
     seen = [json.loads(value) for _, value in rows]
     assert len({(m["producer"], m["seq"]) for m in seen}) == 1200  # each message once
     for name in ("p0", "p1", "p2", "p3"):
         seqs = [m["seq"] for m in seen if m["producer"] == name]
         assert seqs == list(range(300))  # each producer's order kept
-    assert any_client.describe_topic("t").partition_info[0].high_water == 1200
+    assert client.describe_topic("t").partition_info[0].high_water == 1200
 
 
 def test_rolled_back_publish_leaves_no_message_and_no_gap(
@@ -179,11 +179,13 @@ def test_rolled_back_transactional_consume_redelivers(any_client: postroom.Clien
 
 
 def test_transactional_consumers_in_one_group_share_partitions(any_client: postroom.Client) -> None:
-    """Two members claiming at once take different partitions (SKIP LOCKED on the cursors)."""
+    """Two consumers claiming at once take different partitions (SKIP LOCKED on the cursors),
+    even when their manual assignments overlap (group members never share a partition)."""
     any_client.create_topic("t", partitions=2)
     any_client.publish_batch("t", [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}])
-    first = any_client.consumer("g", "t")
-    second = any_client.consumer("g", "t")
+    both = [postroom.TopicPartition("t", 0), postroom.TopicPartition("t", 1)]
+    first = any_client.consumer("g", "t", partitions=both)
+    second = any_client.consumer("g", "t", partitions=both)
     with first.transaction() as one, second.transaction() as two:
         assert {one.topic_partition, two.topic_partition} == {
             postroom.TopicPartition("t", 0),
@@ -235,31 +237,31 @@ with postroom.connect(url) as client, client.consumer("g", "t") as consumer, \
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["transactional", "poll"])
 def test_kill_9_of_a_consumer_mid_batch_loses_nothing(
-    any_client: postroom.Client, tmp_path: Path, mode: str
+    client: postroom.Client, tmp_path: Path, mode: str
 ) -> None:
-    any_client.create_topic("t", partitions=3)
-    any_client.publish_batch("t", [{"value": i, "key": str(i)} for i in range(600)])
-    with psycopg.connect(any_client.conninfo) as conn:
+    client.create_topic("t", partitions=3)
+    client.publish_batch("t", [{"value": i, "key": str(i)} for i in range(600)])
+    with psycopg.connect(client.conninfo) as conn:
         conn.execute('CREATE TABLE processed (partition int, "offset" bigint)')
     code = TRANSACTIONAL_CONSUMER if mode == "transactional" else POLL_CONSUMER
     marker = tmp_path / "marker"
-    victim = subprocess.Popen([sys.executable, "-c", code, any_client.conninfo, str(marker)])
+    victim = subprocess.Popen([sys.executable, "-c", code, client.conninfo, str(marker)])
     try:
         wait_for(marker.exists)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
         # A fresh member of the group resumes from the committed cursors.
         survivor = subprocess.run(
-            [sys.executable, "-c", code, any_client.conninfo, str(marker)], timeout=90, check=True
+            [sys.executable, "-c", code, client.conninfo, str(marker)], timeout=90, check=True
         )
         assert survivor.returncode == 0
     finally:
         victim.kill()
-    with psycopg.connect(any_client.conninfo) as conn:
+    with psycopg.connect(client.conninfo) as conn:
         rows = conn.execute('SELECT partition, "offset" FROM processed').fetchall()
     expected = {
         (p.partition, o)
-        for p in any_client.describe_topic("t").partition_info
+        for p in client.describe_topic("t").partition_info
         for o in range(p.high_water)
     }
     assert set(rows) == expected  # nothing lost
@@ -267,4 +269,4 @@ def test_kill_9_of_a_consumer_mid_batch_loses_nothing(
         assert len(rows) == len(expected)  # database side effects exactly once
     else:
         assert len(rows) > len(expected)  # at least once: the uncommitted batch came again
-    assert any_client.describe_group("g").lag == 0
+    assert client.describe_group("g").lag == 0
