@@ -128,6 +128,9 @@ class Fetcher:
                     wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
                     self._fetch_cond.wait_timeout(max(wait, 0.001))
                 self._wake = False
+                # Nothing in flight before this claim (every claimed job written back): then
+                # and only then does an empty claim mean the queues are drained.
+                quiet = not len(self._held)
             claimed = self._claim(room)
             with self._cond:
                 self._buffer.extend(claimed)
@@ -142,9 +145,9 @@ class Fetcher:
                         and not claimed
                         and not self._buffer
                         and self._idle == self._concurrency  # no slot is running a job
-                        # and no outcome awaits its write-back: until then the job still
-                        # counts as running, so a limit may have held back a due job
-                        and not len(self._held)
+                        # and no outcome awaited its write-back when the claim began: until
+                        # then its job counts as running, so a limit may have held one back
+                        and quiet
                     ):
                         self._on_drained()
                 if len(claimed) > 1:

@@ -126,6 +126,9 @@ class AsyncFetcher:
                     wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
                     await self._fetch_cond.wait_timeout(max(wait, 0.001))
                 self._wake = False
+                # Nothing in flight before this claim (every claimed job written back): then
+                # and only then does an empty claim mean the queues are drained.
+                quiet = not len(self._held)
             claimed = await self._claim(room)
             async with self._cond:
                 self._buffer.extend(claimed)
@@ -140,9 +143,9 @@ class AsyncFetcher:
                         and not claimed
                         and not self._buffer
                         and self._idle == self._concurrency  # no slot is running a job
-                        # and no outcome awaits its write-back: until then the job still
-                        # counts as running, so a limit may have held back a due job
-                        and not len(self._held)
+                        # and no outcome awaited its write-back when the claim began: until
+                        # then its job counts as running, so a limit may have held one back
+                        and quiet
                     ):
                         self._on_drained()
                 if len(claimed) > 1:
