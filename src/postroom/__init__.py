@@ -29,6 +29,8 @@ from .log.records import (
     TopicInfo,
     TopicPartition,
 )
+from .log.runner import Runner
+from .log.runner_async import AsyncRunner
 from .queue.backoff import Backoff
 from .queue.context import JobContext
 from .queue.jobs import Job, JobFunction
@@ -39,6 +41,7 @@ from .queue.requests import JobRequest
 from .queue.serializer import Serializer
 from .queue.worker import Worker
 from .queue.worker_async import AsyncWorker
+from .relay import AsyncRelay, Relay, RelayStatus, Route
 
 __all__ = [
     "AsyncBatch",
@@ -47,6 +50,8 @@ __all__ = [
     "AsyncJob",
     "AsyncJobFunction",
     "AsyncProducer",
+    "AsyncRelay",
+    "AsyncRunner",
     "AsyncWorker",
     "Backoff",
     "Batch",
@@ -67,6 +72,10 @@ __all__ = [
     "Producer",
     "Published",
     "QueueCount",
+    "Relay",
+    "RelayStatus",
+    "Route",
+    "Runner",
     "Serializer",
     "Snooze",
     "TopicInfo",

@@ -123,6 +123,19 @@ def gather(worker: threading.Thread, timeout: float | None = None) -> None:
         raise error
 
 
+async def acall_hook(func: Callable[..., Any], *args: Any) -> Any:
+    """Call a user callback (``on_assign``...): a coroutine function's result is awaited."""
+    result = func(*args)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def call_hook(func: Callable[..., Any], *args: Any) -> Any:
+    """Call a user callback (the thread twin of ``acall_hook``)."""
+    return func(*args)
+
+
 def new_future() -> asyncio.Future[Any]:
     """A future of the running loop."""
     return asyncio.get_running_loop().create_future()

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,7 +17,14 @@ from . import _sql
 from ._acompat import to_thread
 from ._conninfo import unavailable
 from .embedded import resolve_url
-from .errors import InvalidArgument, InvalidType, PermissionDenied, SchemaNotReady
+from .errors import (
+    Fenced,
+    InvalidArgument,
+    InvalidType,
+    OffsetOutOfRange,
+    PermissionDenied,
+    SchemaNotReady,
+)
 
 _QUERIES = _sql.all_queries()
 
@@ -56,7 +63,7 @@ class Database:
                 with self.pool.connection() as pooled:
                     yield pooled
             return
-        raw = unwrap_connection(conn, psycopg.Connection)
+        raw = caller_connection(conn)
         with translate_errors(self.schema):
             if raw.autocommit:
                 with raw.transaction():
@@ -91,17 +98,36 @@ def open_database(url: str | None, schema: str, min_size: int, max_size: int) ->
     return Database(pool, conninfo, schema)
 
 
+def caller_connection(conn: object) -> psycopg.Connection[Any]:
+    """The psycopg connection of the caller's ``conn``: a psycopg connection; a SQLAlchemy
+    ``Connection``, ``Session``, ``AsyncConnection`` or ``AsyncSession`` (on the psycopg
+    driver); or Django's ``connection``. A session's transaction is begun if it was not yet, so
+    the write joins it; Django's connection is opened if it was not yet."""
+    # hasattr() first: SQLAlchemy's AsyncConnection raises on reading ``.connection``.
+    if hasattr(conn, "get_bind") and callable(getattr(conn, "connection", None)):
+        conn = conn.connection()  # type: ignore[attr-defined] # SA (Async)Session
+    if hasattr(conn, "sync_connection") and hasattr(conn, "get_raw_connection"):
+        conn = conn.get_raw_connection()  # SQLAlchemy AsyncConnection
+    if hasattr(conn, "vendor") and hasattr(conn, "ensure_connection"):
+        conn.ensure_connection()  # Django: opens its connection if not yet open
+    raw: psycopg.Connection[Any] = unwrap_connection(conn, psycopg.Connection)
+    return raw
+
+
 def unwrap_connection(conn: object, expected: type[Any]) -> Any:
     """The psycopg connection inside ``conn``: psycopg itself, SQLAlchemy or Django wrappers."""
-    candidates = [
-        conn,
-        getattr(conn, "driver_connection", None),  # SQLAlchemy pool proxy / raw connection
-        getattr(getattr(conn, "connection", None), "driver_connection", None),  # SQLAlchemy
-        getattr(conn, "connection", None),  # Django's DatabaseWrapper
-    ]
+    # Looked up one at a time, first match wins: reading a wrapper's deprecated attribute
+    # (SQLAlchemy's ``_ConnectionFairy.connection``) would warn.
+    candidates: tuple[Callable[[object], object], ...] = (
+        lambda c: c,
+        lambda c: getattr(c, "driver_connection", None),  # SQLAlchemy pool proxy / raw conn
+        lambda c: getattr(getattr(c, "connection", None), "driver_connection", None),  # SA
+        lambda c: getattr(c, "connection", None),  # Django's DatabaseWrapper
+    )
     for candidate in candidates:
-        if isinstance(candidate, expected):
-            return candidate
+        found = candidate(conn)
+        if isinstance(found, expected):
+            return found
     raise InvalidType(
         f"conn must be a {expected.__module__}.{expected.__name__} (or a SQLAlchemy/Django "
         f"connection wrapping one), got {type(conn).__name__}"
@@ -143,3 +169,15 @@ class translate_errors:
                 "the capability it needs as the schema owner (client.grant(role, 'producer' | "
                 "'consumer' | 'enqueuer' | 'worker' | 'admin'))"
             ) from exc
+        # SQLSTATEs raised by postroom's own functions (migration 0004).
+        sqlstate = getattr(exc, "sqlstate", None)
+        if exc is None:
+            return
+        if sqlstate == "PRF01":
+            raise Fenced(_first_line(exc)) from exc
+        if sqlstate == "PRO01":
+            raise OffsetOutOfRange(_first_line(exc)) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0]

@@ -12,7 +12,7 @@ from .errors import InvalidArgument, InvalidName, RoleNotFound
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
-    "consumer": ("grant_consumer",),
+    "consumer": ("grant_consumer", "grant_inbox"),  # grant_inbox: _sql/relay.sql
     "admin": ("grant_admin",),
     "enqueuer": ("grant_enqueuer",),
     "worker": ("grant_worker",),

@@ -100,6 +100,18 @@ class DatabaseUnavailable(PostroomError):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
 
 
+class Fenced(PostroomError):
+    """A consumer group member no longer holds a partition (its session expired, e.g. after a
+    long pause, or the partition was handed to another member): its commit or claim was refused
+    and the group's cursor did not move. Like Kafka's ``CommitFailedError``; the partition's
+    new owner goes on from the committed cursor."""
+
+
+class TransactionAborted(PostroomError):
+    """The transaction of a ``consumer.transaction()`` block was aborted by a database error
+    that the block caught: nothing was committed, and the batch will be delivered again."""
+
+
 class RoleNotFound(NotFound):
     """``grant()`` named a database role that does not exist."""
 
@@ -143,3 +155,28 @@ class Cancel(PostroomError):
     def __init__(self, reason: str = "cancelled by the job") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class MissingExtra(PostroomError, ImportError):
+    """An optional client library is not installed: the message names the extra to install."""
+
+
+class SinkError(PostroomError):
+    """A relay sink failed; the subclasses say whether the relay retries."""
+
+
+class SinkUnavailable(SinkError):
+    """The sink cannot take messages now (down, timed out, 5xx): the relay retries the same
+    batch with backoff, never skipping ahead."""
+
+
+class MessageRejected(SinkError):
+    """The sink refused one message for good (too large, refused by schema, 4xx): after
+    ``max_attempts`` the relay moves it to the dead-letter topic.
+
+    ``index`` is the message's position in the batch sent: those before it were acknowledged.
+    """
+
+    def __init__(self, message: str, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index

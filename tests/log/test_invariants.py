@@ -179,11 +179,13 @@ def test_rolled_back_transactional_consume_redelivers(any_client: postroom.Clien
 
 
 def test_transactional_consumers_in_one_group_share_partitions(any_client: postroom.Client) -> None:
-    """Two members claiming at once take different partitions (SKIP LOCKED on the cursors)."""
+    """Two consumers claiming at once take different partitions (SKIP LOCKED on the cursors),
+    even when their manual assignments overlap (group members never share a partition)."""
     any_client.create_topic("t", partitions=2)
     any_client.publish_batch("t", [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}])
-    first = any_client.consumer("g", "t")
-    second = any_client.consumer("g", "t")
+    both = [postroom.TopicPartition("t", 0), postroom.TopicPartition("t", 1)]
+    first = any_client.consumer("g", "t", partitions=both)
+    second = any_client.consumer("g", "t", partitions=both)
     with first.transaction() as one, second.transaction() as two:
         assert {one.topic_partition, two.topic_partition} == {
             postroom.TopicPartition("t", 0),

@@ -127,8 +127,10 @@ def test_datetime_date_uuid_and_decimal_round_trip(client: postroom.Client) -> N
             "nested": [{"d": when}],
         }
     ]
-    assert raw == {"echo": {"$decimal": "10.50"}, "at": {"$datetime": when.isoformat()}}
-    assert postroom.Serializer().decode(raw) == {"echo": Decimal("10.50"), "at": when}
+    assert raw == {"echo": Decimal("10.50"), "at": when}  # the result round-trips too
+    stored = client.get_job(job.id).result
+    assert stored == {"echo": {"$decimal": "10.50"}, "at": {"$datetime": when.isoformat()}}
+    assert postroom.Serializer().decode(stored) == raw
 
 
 @dataclasses.dataclass
@@ -159,11 +161,17 @@ def test_a_client_serializer_encodes_other_types(dsn: str) -> None:
         def plot(point: Point) -> None:
             seen.append(point)
 
+        @client.job("mirror")
+        def mirror(point: Point) -> Point:
+            return point
+
         job = plot.enqueue(point=Point(1, 2))
+        echoed = mirror.enqueue(point=Point(3, 4))
         with pytest.raises(InvalidType, match="argument 'other' of job 'plot2'"):
             client.enqueue("plot2", {"other": {1, 2}})
         with running(client.worker(["default"], poll_interval=0.05)):
             job.result(timeout=30)
+            assert echoed.result(timeout=30) == Point(3, 4)
     assert seen == [Point(1, 2)]
     with pytest.raises(InvalidType, match=r"pass a postroom\.Serializer"):
         postroom.connect(dsn, serializer=object())  # type: ignore[arg-type]

@@ -290,3 +290,27 @@ def test_a_crashed_workers_job_keeps_its_place_in_the_queue(
     client.worker(concurrency=1, poll_interval=0.05).run(burst=True, handle_signals=False)
     assert order[0] == "first"
     assert len(order) == 21
+
+
+def test_a_burst_worker_drains_a_limited_queue_despite_a_slow_write_back(
+    client: postroom.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished job counts as running until its outcome is written: a claim right after it
+    finds nothing under the limit, which once made a burst worker stop with jobs left."""
+    original = completer_sync.Completer._write_batch
+
+    def slow_write(self: Any, batch: list[Outcome]) -> None:
+        time.sleep(0.2)
+        original(self, batch)
+
+    monkeypatch.setattr(completer_sync.Completer, "_write_batch", slow_write)
+    runs: list[int] = []
+
+    @client.job("limited", queue="narrow")
+    def limited(n: int) -> None:
+        runs.append(n)
+
+    client.set_queue_limit("narrow", max_concurrency=1)
+    client.enqueue_batch(limited.prepare(n=n) for n in range(5))
+    client.worker(**FAST).run(burst=True, handle_signals=False)
+    assert sorted(runs) == list(range(5))

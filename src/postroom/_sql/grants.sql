@@ -29,7 +29,20 @@ GRANT SELECT ON {schema}.topics, {schema}.partitions, {schema}.messages,
 GRANT EXECUTE ON FUNCTION
     {schema}.ensure_cursors(text, integer[], integer[], text),
     {schema}.commit_cursors(text, integer[], integer[], bigint[]),
-    {schema}.claim_range(text, integer[], integer[], integer)
+    {schema}.claim_range(text, integer[], integer[], integer),
+    {schema}.group_heartbeat(text, text, integer[], integer, boolean),
+    {schema}.group_lock(text),
+    {schema}.group_holders(text, integer[]),
+    {schema}.group_assign(text, text[], integer[], integer[], text[]),
+    {schema}.group_acquire(text, text),
+    {schema}.group_release(text, text, integer[], integer[], bigint[]),
+    {schema}.group_leave(text, text, integer[], integer[], bigint[]),
+    {schema}.commit_offsets(text, text, integer[], integer[], bigint[], bigint[]),
+    {schema}.claim_batch(text, text, integer[], integer[], bigint[], integer),
+    {schema}.consume(text, text, integer, integer),
+    {schema}.commit(text, text, integer, bigint),
+    {schema}.seek(text, text, integer, bigint),
+    {schema}.lag(text, text)
 TO {role};
 
 -- name: grant_admin

@@ -88,8 +88,9 @@ SELECT next_offset FROM {schema}.partitions
 WHERE topic_id = %(topic_id)s AND partition = %(partition)s;
 
 -- name: ensure_cursors
--- Creates missing cursors of a group at the earliest retained or the latest offset (SQL function
--- ensure_cursors, migration 0003: inserts only, no waits on cursors other members advance).
+-- Creates missing cursors of a group at the earliest retained or the latest offset, a partition
+-- new to a group that reads its topic at the earliest (SQL function ensure_cursors, migrations
+-- 0003 and 0004: inserts only, no waits on cursors other members advance).
 SELECT {schema}.ensure_cursors(%(group)s, %(topic_ids)s::integer[], %(partitions)s::integer[],
                                %(reset)s);
 
@@ -101,34 +102,33 @@ JOIN {schema}.cursors c
   ON c.group_name = %(group)s AND c.topic_id = a.topic_id AND c.partition = a.partition;
 
 -- name: fetch_messages
--- Up to %(limit)s messages per partition from each given position on, in offset order (no locks).
--- A reader can never see offset n+1 without n: a writer's rows become visible at its commit, and
--- the next writer only reserves offsets after that commit released the counter row lock.
-SELECT a.topic_id, a.partition, m."offset", m.key, m.value, m.headers, m.created_at
-FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[], %(positions)s::bigint[])
-         AS a(topic_id, partition, position)
-CROSS JOIN LATERAL (
-    SELECT m."offset", m.key, m.value, m.headers, m.created_at
-    FROM {schema}.messages m
-    WHERE m.topic_id = a.topic_id AND m.partition = a.partition AND m."offset" >= a.position
-    ORDER BY m."offset"
-    LIMIT %(limit)s
-) m
-ORDER BY a.topic_id, a.partition, m."offset";
-
--- name: commit_cursors
--- Moves a group's cursors forward to the given next offsets, never backward (SQL function
--- commit_cursors, migration 0003: locks the cursor rows in (topic_id, partition) order).
-SELECT {schema}.commit_cursors(%(group)s, %(topic_ids)s::integer[], %(partitions)s::integer[],
-                               %(offsets)s::bigint[]);
-
--- name: claim_range
--- Transactional consumption (SQL function claim_range, migration 0003): locks the first cursor,
--- in the given order, with unread messages and no other holder (FOR UPDATE SKIP LOCKED), reads up
--- to the limit of messages and advances the cursor past them, until the caller's transaction ends.
+-- Up to %(limit)s messages in all from the given positions on, partitions in the given order and
+-- offsets in order within each, stopping once %(max_bytes)s of keys and values are reached (the
+-- first message always comes) (no locks). A reader can never see offset n+1 without n: a
+-- writer's rows become visible at its commit, and the next writer only reserves offsets after
+-- that commit released the counter row lock.
 SELECT topic_id, partition, "offset", key, value, headers, created_at
-FROM {schema}.claim_range(%(group)s, %(topic_ids)s::integer[], %(partitions)s::integer[],
-                          %(limit)s::integer);
+FROM (
+    SELECT f.*, sum(f.size) OVER (ORDER BY f.ord, f."offset") - f.size AS before
+    FROM (
+        SELECT a.ord, a.topic_id, a.partition, m."offset", m.key, m.value, m.headers,
+               m.created_at, octet_length(m.value) + coalesce(octet_length(m.key), 0) AS size
+        FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[],
+                    %(positions)s::bigint[]) WITH ORDINALITY AS a(topic_id, partition, position, ord)
+        CROSS JOIN LATERAL (
+            SELECT m."offset", m.key, m.value, m.headers, m.created_at
+            FROM {schema}.messages m
+            WHERE m.topic_id = a.topic_id AND m.partition = a.partition
+              AND m."offset" >= a.position
+            ORDER BY m."offset"
+            LIMIT %(limit)s
+        ) m
+        ORDER BY a.ord, m."offset"
+        LIMIT %(limit)s
+    ) f
+) w
+WHERE w.before = 0 OR w.before + w.size <= %(max_bytes)s
+ORDER BY w.ord, w."offset";
 
 -- name: reset_cursors
 -- Sets a group's cursors on one topic (optionally one partition) to earliest, latest, an offset
@@ -162,19 +162,29 @@ SELECT partition, next_offset FROM {schema}.partitions
 WHERE topic_id = %(topic_id)s ORDER BY partition;
 
 -- name: list_groups
--- Every group with the topics it reads and its total lag (no locks).
+-- Every group with the topics it reads, its total lag, last commit, live members, and state:
+-- active (live members), idle (none), expired (none, and no commit within %(expiry)s: it no
+-- longer holds back retention at that group expiry) (no locks).
 SELECT c.group_name, array_agg(DISTINCT t.name ORDER BY t.name) AS topics,
        sum(greatest(p.next_offset - c.next_offset, 0))::bigint AS lag,
-       max(c.updated_at) AS updated_at
+       max(c.updated_at) AS updated_at,
+       coalesce(live.n, 0)::integer AS members,
+       CASE WHEN coalesce(live.n, 0) > 0 THEN 'active'
+            WHEN max(c.updated_at) < now() - %(expiry)s::interval THEN 'expired'
+            ELSE 'idle' END AS state
 FROM {schema}.cursors c
 JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
 JOIN {schema}.topics t ON t.id = c.topic_id
-GROUP BY c.group_name
+LEFT JOIN (SELECT m.group_name, count(*) AS n FROM {schema}.members m
+           WHERE m.expires_at > now() GROUP BY m.group_name) live
+  ON live.group_name = c.group_name
+GROUP BY c.group_name, live.n
 ORDER BY c.group_name;
 
 -- name: describe_group
--- Per partition a group reads: committed offset, high-water mark, lag in messages, and lag in
--- seconds (age of the oldest unread retained message) (no locks).
+-- Per partition a group reads: committed offset, high-water mark, lag in messages, lag in seconds
+-- (age of the oldest unread retained message), and the live member holding it with its fencing
+-- epoch (no locks).
 SELECT t.name AS topic, c.partition, c.next_offset AS committed, p.next_offset AS high_water,
        greatest(p.next_offset - c.next_offset, 0) AS lag,
        coalesce(extract(epoch FROM now() - (
@@ -182,10 +192,16 @@ SELECT t.name AS topic, c.partition, c.next_offset AS committed, p.next_offset A
            WHERE m.topic_id = c.topic_id AND m.partition = c.partition
              AND m."offset" >= c.next_offset
            ORDER BY m."offset" LIMIT 1)), 0)::float8 AS lag_seconds,
-       c.updated_at
+       c.updated_at, holder.owner AS member, holder.epoch
 FROM {schema}.cursors c
 JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
 JOIN {schema}.topics t ON t.id = c.topic_id
+LEFT JOIN LATERAL (
+    SELECT l.owner, l.epoch FROM {schema}.leases l
+    JOIN {schema}.members mb
+      ON mb.group_name = l.group_name AND mb.member_id = l.owner AND mb.expires_at > now()
+    WHERE l.group_name = c.group_name AND l.topic_id = c.topic_id AND l.partition = c.partition
+) holder ON true
 WHERE c.group_name = %(group)s
 ORDER BY t.name, c.partition;
 

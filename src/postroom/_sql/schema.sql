@@ -95,6 +95,19 @@ CREATE FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], wa
 
 $$;
 
+CREATE FUNCTION {schema}._guard_idle(p_group text, p_member text) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT set_config('idle_in_transaction_session_timeout',
+                      coalesce((SELECT (extract(epoch FROM m.session_timeout) * 1000)::bigint
+                                FROM {schema}.members m
+                                WHERE m.group_name = p_group AND m.member_id = p_member),
+                               10000)::text || 'ms',
+                      true);
+
+$$;
+
 CREATE FUNCTION {schema}._headers_valid(headers jsonb) RETURNS boolean
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$
@@ -166,6 +179,22 @@ CREATE FUNCTION {schema}._limit_spend(limit_scope text, limit_name text, spent i
     WHERE scope = limit_scope AND name = limit_name AND rate IS NOT NULL;
 
 $$;
+
+CREATE TABLE {schema}.members (
+    group_name text NOT NULL,
+    member_id text NOT NULL,
+    topic_ids integer[] NOT NULL,
+    session_timeout interval NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    joined_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT members_member_id_check CHECK ((member_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{{0,199}}$'::text)),
+    CONSTRAINT members_session_timeout_check CHECK ((session_timeout > '00:00:00'::interval))
+);
+
+CREATE FUNCTION {schema}._member_live(p_group text, p_member text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    RETURN (EXISTS (SELECT FROM {schema}.members m WHERE ((m.group_name = _member_live.p_group) AND (m.member_id = _member_live.p_member) AND (m.expires_at > now()))));
 
 CREATE FUNCTION {schema}._mul32(a bigint, b bigint) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -283,6 +312,24 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}._topic_id(p_topic text) RETURNS integer
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    found integer;
+
+BEGIN
+    SELECT t.id INTO found FROM {schema}.topics t WHERE t.name = p_topic;
+    IF found IS NULL THEN
+        RAISE EXCEPTION 'unknown topic %', quote_literal(p_topic) USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN found;
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}._try_json(value bytea) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE STRICT
     AS $$
@@ -319,6 +366,85 @@ BEGIN
         FROM gone;
     END IF;
     RETURN old_state;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.claim_batch(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_limit integer) RETURNS TABLE(topic_id integer, partition integer, "offset" bigint, key bytea, value bytea, headers jsonb, created_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    chosen record;
+    lost record;
+
+BEGIN
+    IF p_member IS NOT NULL THEN
+        PERFORM {schema}._guard_idle(p_group, p_member);
+        SELECT a.topic_id, a.partition INTO lost
+        FROM unnest(p_topic_ids, p_partitions, p_epochs) AS a(topic_id, partition, epoch)
+        LEFT JOIN (SELECT l.topic_id, l.partition, l.epoch FROM {schema}.leases l
+                   WHERE l.group_name = p_group AND l.owner = p_member
+                     AND l.topic_id = ANY(p_topic_ids)
+                   ORDER BY l.topic_id, l.partition
+                   FOR SHARE) held
+          ON held.topic_id = a.topic_id AND held.partition = a.partition
+             AND held.epoch = a.epoch
+        WHERE held.topic_id IS NULL OR NOT {schema}._member_live(p_group, p_member)
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'member % of group % no longer holds partition % of topic id % '
+                            '(session expired or handed over): claim refused',
+                quote_literal(p_member), quote_literal(p_group), lost.partition, lost.topic_id
+                USING ERRCODE = 'PRF01';
+        END IF;
+    END IF;
+    -- Cursors deleted under running members (delete_group) start again at the earliest.
+    INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
+    SELECT p_group, p.topic_id, p.partition,
+           coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                     WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+                    p.next_offset)
+    FROM unnest(p_topic_ids, p_partitions) AS a(topic_id, partition)
+    JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+    WHERE NOT EXISTS (SELECT FROM {schema}.cursors c
+                      WHERE c.group_name = p_group AND c.topic_id = p.topic_id
+                        AND c.partition = p.partition)
+    ORDER BY p.topic_id, p.partition
+    ON CONFLICT DO NOTHING;
+    SELECT c.topic_id, c.partition, c.next_offset INTO chosen
+    FROM unnest(p_topic_ids, p_partitions) WITH ORDINALITY AS a(topic_id, partition, ord)
+    JOIN {schema}.cursors c
+      ON c.group_name = p_group AND c.topic_id = a.topic_id AND c.partition = a.partition
+    JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
+    WHERE c.next_offset < p.next_offset
+      AND (p_member IS NOT NULL OR NOT EXISTS (
+              SELECT FROM {schema}.leases l
+              WHERE l.group_name = p_group AND l.topic_id = c.topic_id
+                AND l.partition = c.partition AND {schema}._member_live(p_group, l.owner)))
+    ORDER BY a.ord
+    LIMIT 1
+    FOR UPDATE OF c SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH batch AS (
+        SELECT m.topic_id, m.partition, m."offset", m.key, m.value, m.headers, m.created_at
+        FROM {schema}.messages m
+        WHERE m.topic_id = chosen.topic_id AND m.partition = chosen.partition
+          AND m."offset" >= chosen.next_offset
+        ORDER BY m."offset"
+        LIMIT p_limit
+    ), advanced AS (
+        UPDATE {schema}.cursors c SET next_offset = (SELECT max(b."offset") + 1 FROM batch b),
+                                      updated_at = now()
+        WHERE c.group_name = p_group AND c.topic_id = chosen.topic_id
+          AND c.partition = chosen.partition AND EXISTS (SELECT FROM batch)
+    )
+    SELECT b.topic_id, b.partition, b."offset", b.key, b.value, b.headers, b.created_at
+    FROM batch b ORDER BY b."offset";
 
 END;
 
@@ -412,73 +538,146 @@ END;
 $$;
 
 CREATE FUNCTION {schema}.claim_range(group_name text, topic_ids integer[], partitions integer[], max_messages integer) RETURNS TABLE(topic_id integer, partition integer, "offset" bigint, key bytea, value bytea, headers jsonb, created_at timestamp with time zone)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT * FROM {schema}.claim_batch(claim_range.group_name, NULL, topic_ids, partitions,
+                                       NULL, max_messages);
+
+$$;
+
+CREATE FUNCTION {schema}.commit(p_group text, p_topic text, p_partition integer, p_next_offset bigint) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT {schema}.commit_offsets(p_group, NULL, ARRAY[{schema}._topic_id(p_topic)],
+                                   ARRAY[p_partition], NULL, ARRAY[p_next_offset]);
+
+$$;
+
+CREATE FUNCTION {schema}.commit_cursors(group_name text, topic_ids integer[], partitions integer[], offsets bigint[]) RETURNS integer
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT {schema}.commit_offsets(commit_cursors.group_name, NULL, topic_ids, partitions, NULL,
+                                   offsets);
+
+$$;
+
+CREATE FUNCTION {schema}.commit_offsets(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_offsets bigint[]) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-#variable_conflict use_column
+DECLARE
+    bad record;
+    stored integer;
+
 BEGIN
-    RETURN QUERY
-    WITH candidate AS (
-        SELECT c.topic_id, c.partition, c.next_offset
-        FROM unnest(topic_ids, partitions) WITH ORDINALITY AS a(topic_id, partition, ord)
-        JOIN {schema}.cursors c
-          ON c.group_name = claim_range.group_name
-         AND c.topic_id = a.topic_id AND c.partition = a.partition
-        JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
-        WHERE c.next_offset < p.next_offset
-        ORDER BY a.ord
-        LIMIT 1
-        FOR UPDATE OF c SKIP LOCKED
-    ), batch AS (
-        SELECT c.topic_id, c.partition, m."offset", m.key, m.value, m.headers, m.created_at
-        FROM candidate c
-        CROSS JOIN LATERAL (
-            SELECT m."offset", m.key, m.value, m.headers, m.created_at
-            FROM {schema}.messages m
-            WHERE m.topic_id = c.topic_id AND m.partition = c.partition
-              AND m."offset" >= c.next_offset
-            ORDER BY m."offset"
-            LIMIT max_messages
-        ) m
-    ), advanced AS (
-        UPDATE {schema}.cursors c SET next_offset = b.last + 1, updated_at = now()
-        FROM (SELECT b.topic_id, b.partition, max(b."offset") AS last FROM batch b
-              GROUP BY b.topic_id, b.partition) b
-        WHERE c.group_name = claim_range.group_name
-          AND c.topic_id = b.topic_id AND c.partition = b.partition
-    )
-    SELECT b.topic_id, b.partition, b."offset", b.key, b.value, b.headers, b.created_at
-    FROM batch b
-    ORDER BY b."offset";
+    SELECT a.topic_id, a.partition, a.next_offset, p.next_offset AS high_water INTO bad
+    FROM unnest(p_topic_ids, p_partitions, p_offsets) AS a(topic_id, partition, next_offset)
+    LEFT JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+    WHERE p.topic_id IS NULL OR a.next_offset > p.next_offset OR a.next_offset < 0
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'offset % is out of range for partition % of topic id %: allowed 0..%',
+            bad.next_offset, bad.partition, bad.topic_id, coalesce(bad.high_water, 0)
+            USING ERRCODE = 'PRO01';
+    END IF;
+    IF p_member IS NULL THEN
+        SELECT l.topic_id, l.partition, l.owner INTO bad
+        FROM unnest(p_topic_ids, p_partitions) AS a(topic_id, partition)
+        JOIN {schema}.leases l
+          ON l.group_name = p_group AND l.topic_id = a.topic_id AND l.partition = a.partition
+        WHERE {schema}._member_live(p_group, l.owner)
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'partition % of topic id % is held by member % of group %: a '
+                            'consumer with manual partitions cannot commit there',
+                bad.partition, bad.topic_id, quote_literal(bad.owner), quote_literal(p_group)
+                USING ERRCODE = 'PRF01';
+        END IF;
+    ELSE
+        PERFORM {schema}._guard_idle(p_group, p_member);
+        SELECT a.topic_id, a.partition INTO bad
+        FROM unnest(p_topic_ids, p_partitions, p_epochs) AS a(topic_id, partition, epoch)
+        LEFT JOIN (SELECT l.topic_id, l.partition, l.epoch FROM {schema}.leases l
+                   WHERE l.group_name = p_group AND l.owner = p_member
+                     AND l.topic_id = ANY(p_topic_ids)
+                   ORDER BY l.topic_id, l.partition
+                   FOR SHARE) held
+          ON held.topic_id = a.topic_id AND held.partition = a.partition
+             AND held.epoch = a.epoch
+        WHERE held.topic_id IS NULL OR NOT {schema}._member_live(p_group, p_member)
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'member % of group % no longer holds partition % of topic id % '
+                            '(session expired or handed over): commit refused',
+                quote_literal(p_member), quote_literal(p_group), bad.partition, bad.topic_id
+                USING ERRCODE = 'PRF01';
+        END IF;
+    END IF;
+    INSERT INTO {schema}.cursors AS c (group_name, topic_id, partition, next_offset)
+    SELECT p_group, a.topic_id, a.partition, a.next_offset
+    FROM unnest(p_topic_ids, p_partitions, p_offsets) AS a(topic_id, partition, next_offset)
+    ORDER BY a.topic_id, a.partition
+    ON CONFLICT (group_name, topic_id, partition) DO UPDATE
+    SET next_offset = greatest(c.next_offset, excluded.next_offset), updated_at = now();
+    GET DIAGNOSTICS stored = ROW_COUNT;
+    RETURN stored;
 
 END;
 
 $$;
 
-CREATE FUNCTION {schema}.commit_cursors(group_name text, topic_ids integer[], partitions integer[], offsets bigint[]) RETURNS integer
+CREATE FUNCTION {schema}.consume(p_group text, p_topic text, p_partition integer, p_limit integer DEFAULT 100) RETURNS TABLE("offset" bigint, key bytea, value bytea, headers jsonb, created_at timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    updated integer;
+    tid integer := {schema}._topic_id(p_topic);
+    holder text;
+    start_at bigint;
 
 BEGIN
-    WITH target AS (
-        SELECT c.topic_id, c.partition, a.next_offset
-        FROM unnest(topic_ids, partitions, offsets) AS a(topic_id, partition, next_offset)
-        JOIN {schema}.cursors c
-          ON c.group_name = commit_cursors.group_name
-         AND c.topic_id = a.topic_id AND c.partition = a.partition
-        ORDER BY c.topic_id, c.partition
-        FOR UPDATE OF c
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'invalid limit %: must be >= 1', p_limit
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM {schema}.partitions p
+                   WHERE p.topic_id = tid AND p.partition = p_partition) THEN
+        RAISE EXCEPTION 'partition % does not exist in topic %', p_partition,
+            quote_literal(p_topic) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT l.owner INTO holder FROM {schema}.leases l
+    WHERE l.group_name = p_group AND l.topic_id = tid AND l.partition = p_partition
+      AND {schema}._member_live(p_group, l.owner);
+    IF holder IS NOT NULL THEN
+        RAISE EXCEPTION 'partition % of topic % is held by member % of group %',
+            p_partition, quote_literal(p_topic), quote_literal(holder), quote_literal(p_group)
+            USING ERRCODE = 'PRF01';
+    END IF;
+    INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
+    SELECT p_group, tid, p_partition,
+           coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                     WHERE m.topic_id = tid AND m.partition = p_partition),
+                    (SELECT p.next_offset FROM {schema}.partitions p
+                     WHERE p.topic_id = tid AND p.partition = p_partition))
+    ON CONFLICT DO NOTHING;
+    SELECT c.next_offset INTO start_at FROM {schema}.cursors c
+    WHERE c.group_name = p_group AND c.topic_id = tid AND c.partition = p_partition
+    FOR UPDATE;
+    RETURN QUERY
+    WITH batch AS (
+        SELECT m."offset", m.key, m.value, m.headers, m.created_at FROM {schema}.messages m
+        WHERE m.topic_id = tid AND m.partition = p_partition AND m."offset" >= start_at
+        ORDER BY m."offset" LIMIT p_limit
+    ), advanced AS (
+        UPDATE {schema}.cursors c SET next_offset = (SELECT max(b."offset") + 1 FROM batch b),
+                                      updated_at = now()
+        WHERE c.group_name = p_group AND c.topic_id = tid AND c.partition = p_partition
+          AND EXISTS (SELECT FROM batch)
     )
-    UPDATE {schema}.cursors c
-    SET next_offset = greatest(c.next_offset, t.next_offset), updated_at = now()
-    FROM target t
-    WHERE c.group_name = commit_cursors.group_name
-      AND c.topic_id = t.topic_id AND c.partition = t.partition;
-    GET DIAGNOSTICS updated = ROW_COUNT;
-    RETURN updated;
+    SELECT b."offset", b.key, b.value, b.headers, b.created_at FROM batch b ORDER BY b."offset";
 
 END;
 
@@ -701,7 +900,10 @@ CREATE FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], pa
     AS $$
     INSERT INTO {schema}.cursors (group_name, topic_id, partition, next_offset)
     SELECT ensure_cursors.group_name, p.topic_id, p.partition,
-           CASE WHEN reset = 'latest' THEN p.next_offset
+           CASE WHEN reset = 'latest' AND NOT EXISTS (
+                    SELECT FROM {schema}.cursors k
+                    WHERE k.group_name = ensure_cursors.group_name AND k.topic_id = p.topic_id)
+                THEN p.next_offset
                 ELSE coalesce((SELECT min(m."offset") FROM {schema}.messages m
                                WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
                               p.next_offset)
@@ -718,11 +920,217 @@ CREATE FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], pa
 
 $$;
 
+CREATE FUNCTION {schema}.group_acquire(p_group text, p_member text) RETURNS TABLE(topic_id integer, partition integer, epoch bigint, state text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT {schema}._member_live(p_group, p_member) THEN
+        RETURN;
+    END IF;
+    UPDATE {schema}.leases l SET owner = p_member, epoch = nextval('{schema}.lease_epochs')
+    FROM (SELECT x.topic_id, x.partition FROM {schema}.leases x
+          WHERE x.group_name = p_group AND x.target = p_member
+            AND x.owner IS DISTINCT FROM p_member
+            AND (x.owner IS NULL OR NOT {schema}._member_live(p_group, x.owner))
+          ORDER BY x.topic_id, x.partition
+          FOR UPDATE SKIP LOCKED) free
+    WHERE l.group_name = p_group AND l.topic_id = free.topic_id AND l.partition = free.partition;
+    RETURN QUERY
+    SELECT l.topic_id, l.partition, l.epoch,
+           CASE WHEN l.owner = p_member AND l.target = p_member THEN 'owned'
+                WHEN l.owner = p_member THEN 'revoking'
+                ELSE 'pending' END
+    FROM {schema}.leases l
+    WHERE l.group_name = p_group AND (l.owner = p_member OR l.target = p_member)
+    ORDER BY l.topic_id, l.partition;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.group_assign(p_group text, p_members text[], p_topic_ids integer[], p_partitions integer[], p_targets text[]) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    new_generation bigint;
+
+BEGIN
+    DELETE FROM {schema}.leases l
+    USING (SELECT x.topic_id, x.partition FROM {schema}.leases x
+           WHERE x.group_name = p_group
+             AND NOT EXISTS (SELECT FROM unnest(p_topic_ids, p_partitions) AS a(topic_id, partition)
+                             WHERE a.topic_id = x.topic_id AND a.partition = x.partition)
+           FOR UPDATE SKIP LOCKED) gone
+    WHERE l.group_name = p_group AND l.topic_id = gone.topic_id AND l.partition = gone.partition;
+    UPDATE {schema}.leases l SET target = moved.target
+    FROM (SELECT x.topic_id, x.partition, a.target
+          FROM unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
+          JOIN {schema}.leases x
+            ON x.group_name = p_group AND x.topic_id = a.topic_id AND x.partition = a.partition
+          WHERE x.target IS DISTINCT FROM a.target
+          ORDER BY x.topic_id, x.partition
+          FOR UPDATE OF x SKIP LOCKED) moved
+    WHERE l.group_name = p_group AND l.topic_id = moved.topic_id
+      AND l.partition = moved.partition;
+    INSERT INTO {schema}.leases (group_name, topic_id, partition, target, epoch)
+    SELECT p_group, a.topic_id, a.partition, a.target, nextval('{schema}.lease_epochs')
+    FROM unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
+    ORDER BY a.topic_id, a.partition
+    ON CONFLICT (group_name, topic_id, partition) DO NOTHING;
+    PERFORM pg_notify('postroom_groups', p_group);
+    IF EXISTS (SELECT FROM {schema}.leases x
+               LEFT JOIN unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
+                 ON a.topic_id = x.topic_id AND a.partition = x.partition
+               WHERE x.group_name = p_group AND x.target IS DISTINCT FROM a.target) THEN
+        RETURN NULL;  -- some lease was busy: the next heartbeat finishes the rebalance
+    END IF;
+    UPDATE {schema}.groups g
+    SET members = (SELECT coalesce(array_agg(x ORDER BY x), '{{}}') FROM unnest(p_members) x),
+        generation = g.generation + 1
+    WHERE g.group_name = p_group
+    RETURNING g.generation INTO new_generation;
+    RETURN new_generation;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.group_heartbeat(p_group text, p_member text, p_topic_ids integer[], p_session_ms integer, p_joining boolean) RETURNS TABLE(rebalance boolean, next_expiry double precision)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    assigned_to text[];
+
+BEGIN
+    IF p_session_ms IS NULL OR p_session_ms < 1 THEN
+        RAISE EXCEPTION 'invalid session timeout % ms: must be > 0', p_session_ms
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT g.members INTO assigned_to FROM {schema}.groups g WHERE g.group_name = p_group;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.groups (group_name) VALUES (p_group) ON CONFLICT DO NOTHING;
+    END IF;
+    INSERT INTO {schema}.members AS m (group_name, member_id, topic_ids, session_timeout, expires_at)
+    VALUES (p_group, p_member, p_topic_ids, p_session_ms * interval '1 millisecond',
+            now() + p_session_ms * interval '1 millisecond')
+    ON CONFLICT (group_name, member_id) DO UPDATE
+    SET topic_ids = excluded.topic_ids, session_timeout = excluded.session_timeout,
+        expires_at = excluded.expires_at;
+    IF p_joining THEN
+        UPDATE {schema}.leases l SET epoch = nextval('{schema}.lease_epochs')
+        WHERE l.group_name = p_group AND l.owner = p_member;
+    END IF;
+    RETURN QUERY
+    WITH live AS (
+        SELECT m.member_id, m.topic_ids, m.expires_at FROM {schema}.members m
+        WHERE m.group_name = p_group AND m.expires_at > now()
+    ), wanted AS (
+        SELECT count(*) AS n FROM {schema}.partitions p
+        WHERE p.topic_id IN (SELECT DISTINCT unnest(live.topic_ids) FROM live)
+    )
+    SELECT assigned_to IS DISTINCT FROM (SELECT array_agg(live.member_id ORDER BY live.member_id)
+                                         FROM live)
+           OR EXISTS (SELECT FROM {schema}.members m
+                      WHERE m.group_name = p_group AND m.expires_at <= now())
+           OR (SELECT n FROM wanted) <> (SELECT count(*) FROM {schema}.leases l
+                                         WHERE l.group_name = p_group),
+           (SELECT extract(epoch FROM min(live.expires_at) - now())::float8 FROM live
+            WHERE live.member_id <> p_member);
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.group_holders(p_group text, p_topic_ids integer[]) RETURNS TABLE(topic_id integer, partition integer, holder text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT p.topic_id, p.partition,
+           CASE WHEN {schema}._member_live(p_group, l.target) THEN l.target
+                WHEN {schema}._member_live(p_group, l.owner) THEN l.owner END
+    FROM {schema}.partitions p
+    LEFT JOIN {schema}.leases l
+      ON l.group_name = p_group AND l.topic_id = p.topic_id AND l.partition = p.partition
+    WHERE p.topic_id = ANY(p_topic_ids)
+    ORDER BY p.topic_id, p.partition;
+
+$$;
+
+CREATE FUNCTION {schema}.group_leave(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM {schema}.group_release(p_group, p_member, p_topic_ids, p_partitions, p_epochs);
+    DELETE FROM {schema}.members m
+    WHERE m.group_name = p_group AND m.member_id = p_member
+      AND NOT EXISTS (SELECT FROM {schema}.leases l
+                      WHERE l.group_name = p_group AND l.owner = p_member);
+    PERFORM pg_notify('postroom_groups', p_group);
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.group_lock(p_group text) RETURNS TABLE(member_id text, topic_ids integer[])
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM FROM {schema}.groups g WHERE g.group_name = p_group FOR NO KEY UPDATE;
+    DELETE FROM {schema}.members m WHERE m.group_name = p_group AND m.expires_at <= now();
+    RETURN QUERY SELECT m.member_id, m.topic_ids FROM {schema}.members m
+    WHERE m.group_name = p_group ORDER BY m.member_id;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.group_release(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    released integer;
+
+BEGIN
+    PERFORM {schema}._guard_idle(p_group, p_member);
+    UPDATE {schema}.leases l SET owner = NULL
+    FROM unnest(p_topic_ids, p_partitions, p_epochs) AS a(topic_id, partition, epoch)
+    WHERE l.group_name = p_group AND l.owner = p_member AND l.topic_id = a.topic_id
+      AND l.partition = a.partition AND l.epoch = a.epoch;
+    GET DIAGNOSTICS released = ROW_COUNT;
+    IF released > 0 THEN
+        PERFORM pg_notify('postroom_groups', p_group);
+    END IF;
+    RETURN released;
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}.job_outcome(job_id bigint) RETURNS TABLE(state text, result jsonb, last_error text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT a.state, a.result, a.last_error FROM {schema}.all_jobs a WHERE a.id = job_id;
+
+$$;
+
+CREATE FUNCTION {schema}.lag(p_group text, p_topic text) RETURNS TABLE(partition integer, committed bigint, high_water bigint, lag bigint)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT p.partition, c.next_offset, p.next_offset,
+           greatest(p.next_offset - coalesce(c.next_offset, 0), 0)
+    FROM {schema}.partitions p
+    LEFT JOIN {schema}.cursors c
+      ON c.group_name = p_group AND c.topic_id = p.topic_id AND c.partition = p.partition
+    WHERE p.topic_id = {schema}._topic_id(p_topic)
+    ORDER BY p.partition;
 
 $$;
 
@@ -968,6 +1376,31 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}.seek(p_group text, p_topic text, p_partition integer, p_offset bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    tid integer := {schema}._topic_id(p_topic);
+    high bigint;
+
+BEGIN
+    SELECT p.next_offset INTO high FROM {schema}.partitions p
+    WHERE p.topic_id = tid AND p.partition = p_partition;
+    IF high IS NULL OR p_offset IS NULL OR p_offset < 0 OR p_offset > high THEN
+        RAISE EXCEPTION 'offset % is out of range for partition % of topic %: allowed 0..%',
+            p_offset, p_partition, quote_literal(p_topic), coalesce(high, 0)
+            USING ERRCODE = 'PRO01';
+    END IF;
+    INSERT INTO {schema}.cursors AS c (group_name, topic_id, partition, next_offset)
+    VALUES (p_group, tid, p_partition, p_offset)
+    ON CONFLICT (group_name, topic_id, partition)
+    DO UPDATE SET next_offset = excluded.next_offset, updated_at = now();
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}.unique_key_holders(unique_keys text[]) RETURNS TABLE(unique_key text, id bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1050,6 +1483,22 @@ CREATE TABLE {schema}.cursors (
 )
 WITH (fillfactor='50');
 
+CREATE TABLE {schema}.groups (
+    group_name text NOT NULL,
+    generation bigint DEFAULT 0 NOT NULL,
+    members text[] DEFAULT '{{}}'::text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT groups_group_name_check CHECK ((group_name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$'::text))
+);
+
+CREATE TABLE {schema}.inbox (
+    name text NOT NULL,
+    message_id text NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT inbox_message_id_check CHECK (((length(message_id) >= 1) AND (length(message_id) <= 1000))),
+    CONSTRAINT inbox_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$'::text))
+);
+
 CREATE TABLE {schema}.job_dependencies (
     parent_id bigint NOT NULL,
     job_id bigint NOT NULL,
@@ -1083,6 +1532,23 @@ ALTER TABLE {schema}.jobs ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
     NO MAXVALUE
     CACHE 1
 );
+
+CREATE SEQUENCE {schema}.lease_epochs
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+CREATE TABLE {schema}.leases (
+    group_name text NOT NULL,
+    topic_id integer NOT NULL,
+    partition integer NOT NULL,
+    owner text,
+    target text,
+    epoch bigint NOT NULL
+)
+WITH (fillfactor='70');
 
 CREATE TABLE {schema}.messages (
     topic_id integer NOT NULL,
@@ -1156,6 +1622,12 @@ ALTER TABLE ONLY {schema}.cursors
 ALTER TABLE ONLY {schema}.finished_jobs
     ADD CONSTRAINT finished_jobs_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY {schema}.groups
+    ADD CONSTRAINT groups_pkey PRIMARY KEY (group_name);
+
+ALTER TABLE ONLY {schema}.inbox
+    ADD CONSTRAINT inbox_pkey PRIMARY KEY (name, message_id);
+
 ALTER TABLE ONLY {schema}.job_dependencies
     ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (parent_id, job_id);
 
@@ -1170,6 +1642,12 @@ ALTER TABLE ONLY {schema}.job_sequences
 
 ALTER TABLE ONLY {schema}.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY {schema}.leases
+    ADD CONSTRAINT leases_pkey PRIMARY KEY (group_name, topic_id, partition);
+
+ALTER TABLE ONLY {schema}.members
+    ADD CONSTRAINT members_pkey PRIMARY KEY (group_name, member_id);
 
 ALTER TABLE {schema}.messages
     ADD CONSTRAINT messages_headers_shape CHECK (((headers IS NULL) OR ((jsonb_typeof(headers) = 'object'::text) AND (NOT (headers ? ''::text)) AND ((pg_column_size(headers) <= 512) OR {schema}._headers_valid(headers))))) NOT VALID;
@@ -1200,6 +1678,8 @@ ALTER TABLE ONLY {schema}.topics
 
 CREATE INDEX finished_jobs_finished_at_idx ON {schema}.finished_jobs USING brin (finished_at);
 
+CREATE INDEX inbox_seen_at_idx ON {schema}.inbox USING btree (name, seen_at);
+
 CREATE INDEX job_dependencies_job_idx ON {schema}.job_dependencies USING btree (job_id);
 
 CREATE INDEX jobs_failed_idx ON {schema}.jobs USING btree (id) WHERE (state = 'failed'::text);
@@ -1221,6 +1701,15 @@ CREATE TRIGGER partitions_note_reservation BEFORE UPDATE OF next_offset ON {sche
 ALTER TABLE ONLY {schema}.cursors
     ADD CONSTRAINT cursors_topic_id_partition_fkey FOREIGN KEY (topic_id, partition) REFERENCES {schema}.partitions(topic_id, partition) ON DELETE CASCADE;
 
+ALTER TABLE ONLY {schema}.leases
+    ADD CONSTRAINT leases_group_name_fkey FOREIGN KEY (group_name) REFERENCES {schema}.groups(group_name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY {schema}.leases
+    ADD CONSTRAINT leases_topic_id_partition_fkey FOREIGN KEY (topic_id, partition) REFERENCES {schema}.partitions(topic_id, partition) ON DELETE CASCADE;
+
+ALTER TABLE ONLY {schema}.members
+    ADD CONSTRAINT members_group_name_fkey FOREIGN KEY (group_name) REFERENCES {schema}.groups(group_name) ON DELETE CASCADE;
+
 ALTER TABLE ONLY {schema}.partitions
     ADD CONSTRAINT partitions_topic_id_fkey FOREIGN KEY (topic_id) REFERENCES {schema}.topics(id) ON DELETE CASCADE;
 
@@ -1228,9 +1717,17 @@ REVOKE ALL ON FUNCTION {schema}._check_reserved_offsets() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._note_reservation() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}.claim_batch(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_limit integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.claim_range(group_name text, topic_ids integer[], partitions integer[], max_messages integer) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}.commit(p_group text, p_topic text, p_partition integer, p_next_offset bigint) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.commit_cursors(group_name text, topic_ids integer[], partitions integer[], offsets bigint[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.commit_offsets(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_offsets bigint[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.consume(p_group text, p_topic text, p_partition integer, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.enqueue(kind text, args jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, unique_key text, after bigint[], sequence text, on_parent_failure text) FROM PUBLIC;
 
@@ -1242,7 +1739,23 @@ REVOKE ALL ON FUNCTION {schema}.enqueue_job(kind text, args jsonb, queue text, p
 
 REVOKE ALL ON FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], partitions integer[], reset text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}.group_acquire(p_group text, p_member text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.group_assign(p_group text, p_members text[], p_topic_ids integer[], p_partitions integer[], p_targets text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.group_heartbeat(p_group text, p_member text, p_topic_ids integer[], p_session_ms integer, p_joining boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.group_holders(p_group text, p_topic_ids integer[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.group_leave(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.group_lock(p_group text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.group_release(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[]) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.job_outcome(job_id bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.lag(p_group text, p_topic text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.pause_queue(queue_name text) FROM PUBLIC;
 
@@ -1261,5 +1774,7 @@ REVOKE ALL ON FUNCTION {schema}.publish_batch(topic text, "values" text[], keys 
 REVOKE ALL ON FUNCTION {schema}.reserve_offsets(topic_ids integer[], partitions integer[], counts bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.resume_queue(queue_name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.seek(p_group text, p_topic text, p_partition integer, p_offset bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.unique_key_holders(unique_keys text[]) FROM PUBLIC;

@@ -34,3 +34,29 @@ def queue(ctx: typer.Context) -> None:
     if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
         argv = ["--url", url, *argv]
     raise typer.Exit(run_benchmark(argv))
+
+
+@app.command("relay", context_settings=PASS_THROUGH, add_help_option=False)
+def relay(ctx: typer.Context) -> None:
+    """Benchmark the outbox relay to Redis and Kafka against each sink's raw produce rate, and
+    commit-to-arrival latency; `postroom bench relay --help` lists its options."""
+    from postroom.benchmarks.relay import main as run_benchmark
+
+    argv = list(ctx.args)
+    url = settings(ctx).url
+    if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
+        argv = ["--url", url, *argv]
+    raise typer.Exit(run_benchmark(argv))
+
+
+@app.command("groups", context_settings=PASS_THROUGH, add_help_option=False)
+def groups(ctx: typer.Context) -> None:
+    """One consumer group draining a backlog with 1, 2 and 4 member processes, and the takeover
+    time after a kill -9; `postroom bench groups --help` lists its options."""
+    from postroom.benchmarks.groups import main as run_benchmark
+
+    argv = list(ctx.args)
+    url = settings(ctx).url
+    if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
+        argv = ["--url", url, *argv]
+    raise typer.Exit(run_benchmark(argv))

@@ -1,8 +1,9 @@
-"""``postroom consume``: print a topic's messages as a member of a consumer group, committing
-exactly what was printed."""
+"""``postroom consume``: print a topic's messages, as a member of a consumer group (committing
+exactly what was printed), or without a group (a peek that stores nothing)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -28,8 +29,14 @@ def consume(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Topic to read.")],
     group: Annotated[
-        str, typer.Option("--group", "-g", help="Consumer group whose offsets are used.")
-    ],
+        str | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="Consumer group to join (its offsets are used and committed). Without it: "
+            "read without a group, nothing stored (from the end, or --from-beginning).",
+        ),
+    ] = None,
     from_beginning: Annotated[
         bool,
         typer.Option(
@@ -58,19 +65,27 @@ def consume(
     payload_only: Annotated[
         bool, typer.Option("--payload-only", help="Print only the values, one per line.")
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per line: topic, partition, offset, time, key, headers, value.",
+        ),
+    ] = False,
 ) -> None:
     """Print messages of TOPIC as `partition:offset key value`, one per line.
 
     Values and keys are shown as UTF-8 text; control characters and bytes that are not UTF-8
-    are escaped (\\n, \\x00, \\xff); a missing key prints as null. The group's offsets are
-    committed after each printed batch and on exit, so the next run continues after the last
-    printed message.
+    are escaped (\\n, \\x00, \\xff); a missing key prints as null. With --group, the consumer
+    joins the group like any member (it reads the partitions the group assigns it) and commits
+    after each printed batch and on exit, so the next run continues after the last printed
+    message. Without --group nothing is created or committed.
     """
     if timeout < 0:
         raise InvalidArgument(f"invalid --timeout {timeout}: must be >= 0 seconds")
     wanted = None if not partition else [TopicPartition(topic, p) for p in partition]
     with open_client(ctx) as client:
-        if from_beginning:
+        if from_beginning and group is not None:
             _warn_if_not_new(client, group, topic)
         consumer = client.consumer(
             group,
@@ -83,7 +98,7 @@ def consume(
                 consumer,
                 max_messages=max_messages,
                 idle_timeout=None if live else timeout,
-                payload_only=payload_only,
+                style="json" if as_json else "payload" if payload_only else "line",
             )
     note(f"consumed {printed} message(s)")
 
@@ -136,7 +151,7 @@ def _print_messages(
     *,
     max_messages: int | None,
     idle_timeout: float | None,
-    payload_only: bool,
+    style: str,
 ) -> int:
     """Poll, print and commit until the limit, the idle timeout, Ctrl-C or a closed pipe.
 
@@ -163,11 +178,12 @@ def _print_messages(
                         break
                     continue
                 for message in messages:
-                    out.write(_line(message, payload_only))
+                    out.write(_line(message, style))
                     done[message.topic_partition] = message.offset + 1
                     printed += 1
                 out.flush()
-                consumer.commit(done)
+                if consumer.group is not None:
+                    consumer.commit(done)
                 committed.update(done)
                 last_message = time.monotonic()
         except KeyboardInterrupt:
@@ -177,13 +193,31 @@ def _print_messages(
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         finally:
-            if done != committed:
+            if done != committed and consumer.group is not None:
                 consumer.commit(done)
     return printed
 
 
-def _line(message: postroom.Message, payload_only: bool) -> str:
+def _line(message: postroom.Message, style: str) -> str:
     value = printable(message.value)
-    if payload_only:
+    if style == "json":
+        return (
+            json.dumps(
+                {
+                    "topic": message.topic,
+                    "partition": message.partition,
+                    "offset": message.offset,
+                    "time": message.timestamp.isoformat(),
+                    "key": None if message.key is None else printable(message.key),
+                    "headers": {
+                        k: v if isinstance(v, str) else printable(v)
+                        for k, v in message.headers.items()
+                    },
+                    "value": value,
+                }
+            )
+            + "\n"
+        )
+    if style == "payload":
         return value + "\n"
     return f"{message.partition}:{message.offset} {printable(message.key)} {value}\n"

@@ -21,7 +21,9 @@ LAG_COLUMNS = ("group", "topic", "partition", "committed", "high-water", "lag", 
 
 @app.command("list")
 def list_(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List consumer groups (those with committed offsets) with their topics and total lag."""
+    """List consumer groups (those with committed offsets): topics, total lag, live members,
+    state (active: members; idle: none; expired: none and no commit for 7 days, so it no longer
+    holds back retention), last commit."""
     with open_client(ctx) as client:
         found = client.list_groups()
     if as_json:
@@ -30,9 +32,16 @@ def list_(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             del row["partitions"]  # always empty here: `group describe` has the partitions
         print_json(rows)
         return
-    table = Table("group", "topics", "lag", "updated")
+    table = Table("group", "topics", "lag", "members", "state", "last commit")
     for group in found:
-        table.add_row(group.name, ", ".join(group.topics), str(group.lag), when(group.updated_at))
+        table.add_row(
+            group.name,
+            ", ".join(group.topics),
+            str(group.lag),
+            str(group.members),
+            group.state,
+            when(group.updated_at),
+        )
     console.print(table if found else "no consumer groups")
 
 
@@ -42,14 +51,19 @@ def describe(
     group: Annotated[str, typer.Argument(help="Consumer group.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
+    """Per partition: the member holding it and its fencing epoch, committed offset,
+    high-water mark, lag in messages and in seconds."""
     with open_client(ctx) as client:
         info = client.describe_group(group)
     if as_json:
         print_json(info)
         return
-    console.print(f"group {info.name!r}: total lag {info.lag}, updated {when(info.updated_at)}")
-    _print_lag([info])
+    members = sorted({p.member for p in info.partitions if p.member is not None})
+    console.print(
+        f"group {info.name!r}: {len(members)} live member(s), total lag {info.lag}, "
+        f"updated {when(info.updated_at)}"
+    )
+    _print_lag([info], members=True)
 
 
 @app.command("reset")
@@ -136,10 +150,11 @@ def lag(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     _print_lag(infos)
 
 
-def _print_lag(infos: list[postroom.GroupInfo]) -> None:
-    table = Table(*LAG_COLUMNS)
+def _print_lag(infos: list[postroom.GroupInfo], *, members: bool = False) -> None:
+    table = Table(*LAG_COLUMNS, *(("member", "epoch") if members else ()))
     for info in infos:
         for part in info.partitions:
+            holder = (part.member or "-", "-" if part.epoch is None else str(part.epoch))
             table.add_row(
                 info.name,
                 part.topic,
@@ -148,5 +163,6 @@ def _print_lag(infos: list[postroom.GroupInfo]) -> None:
                 str(part.high_water),
                 str(part.lag),
                 f"{part.lag_seconds:.1f}",
+                *(holder if members else ()),
             )
     console.print(table)

@@ -15,7 +15,21 @@ from typer.core import TyperGroup
 
 from postroom.errors import PostroomError
 
-from . import bench, consume, demo, embedded, groups, init, jobs, produce, queues, topics
+from . import (
+    bench,
+    consume,
+    demo,
+    dlq,
+    embedded,
+    groups,
+    init,
+    jobs,
+    produce,
+    queues,
+    relay,
+    run,
+    topics,
+)
 from .common import Settings, fail
 
 
@@ -108,6 +122,9 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(jobs.app, name="job")
 app.add_typer(queues.app, name="queue")
 app.command("worker")(jobs.worker)
+app.command("run")(run.run)
+app.add_typer(dlq.app, name="dlq")
+app.command("relay")(relay.relay)
 
 
 def main() -> None:

@@ -27,6 +27,10 @@ from .records import (
     check_partition_count,
 )
 
+GROUP_EXPIRY = timedelta(days=7)
+"""A group with no live member and no commit for this long shows as expired in ``list_groups``
+(retention's default ``group_expiry``)."""
+
 
 class LogAdmin:
     """Creates, grows, describes and deletes topics; inspects, resets and deletes groups;
@@ -129,9 +133,12 @@ class LogAdmin:
 
     def list_groups(self) -> list[GroupInfo]:
         with self._db.connection() as conn:
-            cur = conn.execute(self._db.q("list_groups"))
+            cur = conn.execute(self._db.q("list_groups"), {"expiry": GROUP_EXPIRY})
             rows = cur.fetchall()
-        return [GroupInfo(name, tuple(topics), lag, updated) for name, topics, lag, updated in rows]
+        return [
+            GroupInfo(name, tuple(topics), lag, updated, (), members, state)
+            for name, topics, lag, updated, members, state in rows
+        ]
 
     def describe_group(self, group: str) -> GroupInfo:
         check_name("group", group)

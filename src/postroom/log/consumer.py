@@ -5,30 +5,31 @@
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 
 from .._acompat import sleep
 from .._db import Database
-from ..errors import InvalidArgument, OffsetOutOfRange
-from .metadata import TopicCache, TopicMeta
-from .records import (
-    Message,
-    TopicPartition,
-    build_message,
-    check_name,
-    check_offset,
-    decode_headers,
+from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
+from .assigned import (
+    DEFAULT_SESSION_TIMEOUT,
+    AssignedPartitions,
+    OffsetReset,
 )
+from .metadata import TopicCache
+from .records import Message, TopicPartition, build_message, check_offset, decode_headers
 
-OffsetReset = Literal["earliest", "latest"]
 POLL_INTERVAL = 0.5
 """Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+"""Keys and values one ``poll()`` fetches at most (Kafka's fetch.max.bytes); one message
+always comes, however large."""
 
 
 @dataclass
@@ -50,18 +51,20 @@ class Batch:
         return len(self.messages)
 
 
-@dataclass
-class _Assigned:
-    meta: TopicMeta
-    partition: int
-    position: int = 0
-    buffer: deque[Message] = field(default_factory=deque)
+class Consumer(AssignedPartitions):
+    """A consumer of ``topics`` for group ``group`` (None: a peek that reads without a group,
+    from the earliest or latest offsets, and cannot commit).
 
+    Without ``partitions`` it is a member of the group: the group's partitions are spread over
+    its live members (sticky, even, cooperative: docs/log.md "Consumer groups"), members
+    heartbeat every ``session_timeout / 3`` seconds, and a member silent for ``session_timeout``
+    loses its partitions. Every owned partition carries a fencing epoch: a commit (or a
+    transactional claim) after the partition moved raises :class:`~postroom.errors.Fenced` and
+    leaves the cursor alone. ``member_id`` makes the membership static: a restart within the
+    session timeout keeps the partitions. ``on_assign`` / ``on_revoke`` are called with the
+    partitions gained or lost, from ``poll()``/``transaction()`` (commit in ``on_revoke`` to hand
+    over cleanly). With ``partitions`` the assignment is manual, like Kafka's ``assign()``.
 
-class Consumer:
-    """A member of consumer group ``group`` reading ``topics``.
-
-    Partitions are assigned explicitly: all partitions of the topics, or ``partitions``.
     Kafka-style use: ``poll()`` returns messages from the in-memory position, ``commit()``
     stores the next offsets to read. ``transaction()`` instead claims a range under the cursor's
     row lock and commits the caller's writes with the cursor advance.
@@ -74,105 +77,58 @@ class Consumer:
     (``AsyncConsumer``: ``async with``, ``await consumer.poll(...)``, ``await consumer.commit()``.)
 
     A new group starts at ``auto_offset_reset``: the earliest retained message or the latest.
-    Not safe to share between tasks; use one consumer per task.
+    Closing (or leaving the ``with`` block) leaves the group at once. Not safe to share between
+    tasks; use one consumer per task.
     """
 
     def __init__(
         self,
         db: Database,
         topics_cache: TopicCache,
-        group: str,
+        group: str | None,
         topics: Iterable[str],
         *,
         partitions: Iterable[TopicPartition] | None = None,
         auto_offset_reset: OffsetReset = "earliest",
+        member_id: str | None = None,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        on_assign: Callable[[set[TopicPartition]], Any] | None = None,
+        on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> None:
-        self._db = db
-        self._topics_cache = topics_cache
-        self.group = check_name("group", group)
-        self._topic_names = [topics] if isinstance(topics, str) else list(topics)
-        if not self._topic_names:
-            raise InvalidArgument("a consumer needs at least one topic")
-        for name in self._topic_names:
-            check_name("topic", name)
-        if auto_offset_reset not in ("earliest", "latest"):
-            raise InvalidArgument(
-                f"invalid auto_offset_reset {auto_offset_reset!r}: use 'earliest' or 'latest'"
-            )
-        self._auto_offset_reset = auto_offset_reset
-        self._requested = None if partitions is None else [TopicPartition(*p) for p in partitions]
-        self._assigned: dict[TopicPartition, _Assigned] = {}
-        self._by_id: dict[tuple[int, int], _Assigned] = {}
+        super().__init__(
+            db,
+            topics_cache,
+            group,
+            topics,
+            partitions=partitions,
+            auto_offset_reset=auto_offset_reset,
+            member_id=member_id,
+            session_timeout=session_timeout,
+            on_assign=on_assign,
+            on_revoke=on_revoke,
+        )
         self._listener: psycopg.Connection[Any] | None = None
-        self._claim_start = 0
-        self._ready = False
-        self._closed = False
-
-    # -- assignment -----------------------------------------------------------------------
-
-    def _ensure_assigned(self) -> None:
-        if self._ready:
-            return
-        if self._closed:
-            raise InvalidArgument("the consumer is closed")
-        metas = {name: self._topics_cache.get(name) for name in self._topic_names}
-        wanted = self._requested or [
-            TopicPartition(m.name, p) for m in metas.values() for p in range(m.partitions)
-        ]
-        for tp in wanted:
-            meta = metas.get(tp.topic)
-            if meta is None:
-                raise InvalidArgument(f"partition {tp} is not in the subscribed topics")
-            if not 0 <= tp.partition < meta.partitions:
-                raise InvalidArgument(
-                    f"partition {tp.partition} does not exist: topic {tp.topic!r} has "
-                    f"partitions 0..{meta.partitions - 1}"
-                )
-            assigned = _Assigned(meta, tp.partition)
-            self._assigned[tp] = assigned
-            self._by_id[(meta.id, tp.partition)] = assigned
-        ids = self._id_arrays()
-        with self._db.connection() as conn:
-            conn.execute(
-                self._db.q("ensure_cursors"),
-                {"group": self.group, "reset": self._auto_offset_reset, **ids},
-            )
-            cur = conn.execute(self._db.q("read_cursors"), {"group": self.group, **ids})
-            for topic_id, partition, next_offset in cur.fetchall():
-                self._by_id[(topic_id, partition)].position = next_offset
-        self._ready = True
-
-    def _id_arrays(self, only: Sequence[_Assigned] | None = None) -> dict[str, list[int]]:
-        chosen = list(self._assigned.values()) if only is None else only
-        return {
-            "topic_ids": [a.meta.id for a in chosen],
-            "partitions": [a.partition for a in chosen],
-        }
-
-    def assignment(self) -> set[TopicPartition]:
-        self._ensure_assigned()
-        return set(self._assigned)
-
-    def _get(self, tp: TopicPartition) -> _Assigned:
-        try:
-            return self._assigned[TopicPartition(*tp)]
-        except KeyError:
-            raise InvalidArgument(f"partition {tp} is not assigned to this consumer") from None
 
     # -- poll / commit --------------------------------------------------------------------
 
-    def poll(self, timeout: float = 1.0, max_messages: int = 500) -> list[Message]:
-        """Up to ``max_messages`` messages after the current positions, waiting at most
-        ``timeout`` seconds for the first one. Advances the in-memory positions only: call
-        ``commit()`` to store them."""
+    def poll(
+        self, timeout: float = 1.0, max_messages: int = 500, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> list[Message]:
+        """Up to ``max_messages`` messages in all (and about ``max_bytes`` of keys and values,
+        at least one message) after the current positions, waiting at most ``timeout`` seconds
+        for the first one. Advances the in-memory positions only: call ``commit()`` to store
+        them. In a group, also applies assignment changes (``on_revoke``/``on_assign``)."""
         if max_messages < 1:
             raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
+        if max_bytes < 1:
+            raise InvalidArgument(f"invalid max_bytes {max_bytes!r}: must be >= 1")
         self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
         while True:
-            if not any(a.buffer for a in self._assigned.values()):
+            self._apply_assignment()
+            if not any(a.buffer for a in list(self._assigned.values())):
                 self._forget_wakeups()
-                self._fetch(max_messages)
+                self._fetch(max_messages, max_bytes)
             taken = self._take(max_messages)
             if taken:
                 return taken
@@ -181,12 +137,17 @@ class Consumer:
                 return []
             self._wait_for_wakeup(min(remaining, POLL_INTERVAL))
 
-    def _fetch(self, limit: int) -> None:
-        assigned = list(self._assigned.values())
-        params = {**self._id_arrays(assigned), "positions": [a.position for a in assigned]}
+    def _fetch(self, limit: int, max_bytes: int) -> None:
+        with self._lock:
+            assigned = self._rotated(list(self._assigned.values()), "_fetch_start")
+            params = {**self._id_arrays(assigned), "positions": [a.position for a in assigned]}
+        if not assigned:
+            return
         with self._db.connection() as conn:
             cur = conn.execute(
-                self._db.q("fetch_messages"), {**params, "limit": limit}, binary=True
+                self._db.q("fetch_messages"),
+                {**params, "limit": limit, "max_bytes": max_bytes},
+                binary=True,
             )
             rows = cur.fetchall()
         # The per-row loop is most of a consumer's CPU: rows come ordered by partition, so the
@@ -197,31 +158,36 @@ class Consumer:
         for topic_id, partition, offset, key, value, headers, created_at in rows:
             if current != (topic_id, partition):
                 current = (topic_id, partition)
-                target = self._by_id[current]
-                append, name = target.buffer.append, target.meta.name
-            append(
-                build_message(
-                    name,
-                    partition,
-                    offset,
-                    key,
-                    value,
-                    {} if headers is None else decode_headers(headers),
-                    created_at,
+                target = self._by_id.get(current)
+                if target is None:
+                    append = None  # handed over meanwhile
+                else:
+                    append, name = target.buffer.append, target.meta.name
+            if append is not None:
+                append(
+                    build_message(
+                        name,
+                        partition,
+                        offset,
+                        key,
+                        value,
+                        {} if headers is None else decode_headers(headers),
+                        created_at,
+                    )
                 )
-            )
 
     def _take(self, max_messages: int) -> list[Message]:
         taken: list[Message] = []
-        for assigned in self._assigned.values():
-            buffer, position = assigned.buffer, assigned.position
-            while buffer and len(taken) < max_messages:
-                message = buffer.popleft()
-                if message.offset < position:
-                    continue  # superseded by a seek or a transactional claim
-                taken.append(message)
-                position = message.offset + 1
-            assigned.position = position
+        with self._lock:  # the heartbeat loop hands over only partitions with nothing taken
+            for assigned in self._assigned.values():
+                buffer, position = assigned.buffer, assigned.position
+                while buffer and len(taken) < max_messages:
+                    message = buffer.popleft()
+                    if message.offset < position:
+                        continue  # superseded by a seek or a transactional claim
+                    taken.append(message)
+                    position = message.offset + 1
+                assigned.position = position
         return taken
 
     def _wait_for_wakeup(self, timeout: float) -> None:
@@ -265,27 +231,49 @@ class Consumer:
                 pass  # already broken
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Store the next offsets to read: the current positions, or ``offsets``.
+        """Store the next offsets to read: the current positions, or ``offsets`` (each at most
+        the partition's high-water mark, else :class:`OffsetOutOfRange`).
 
         Cursors only move forward: committing an offset below the stored one changes nothing
-        (use ``Client.reset_group`` to go back)."""
+        (use ``Client.reset_group`` to go back). A member that lost a partition (session
+        expired, handed over) gets :class:`Fenced` and nothing of the call is stored."""
+        self._need_group("commit")
         self._ensure_assigned()
-        if offsets is None:
-            chosen = list(self._assigned.values())
-            values = [a.position for a in chosen]
-        else:
-            chosen = [self._get(tp) for tp in offsets]
-            values = [check_offset(v) for v in offsets.values()]
+        with self._lock:
+            if offsets is None:
+                chosen = list(self._assigned.values())
+                values = [a.position for a in chosen]
+            else:
+                chosen = [self._get(tp) for tp in offsets]
+                values = [check_offset(v) for v in offsets.values()]
         if not chosen:
             return
         with self._db.connection() as conn:
             conn.execute(
-                self._db.q("commit_cursors"),
-                {"group": self.group, **self._id_arrays(chosen), "offsets": values},
+                self._db.q("commit_offsets"),
+                {
+                    "group": self.group,
+                    "member": None if self._membership is None else self.member_id,
+                    **self._id_arrays(chosen),
+                    "epochs": [a.epoch for a in chosen],
+                    "offsets": values,
+                },
+            )
+        with self._lock:
+            for assigned, value in zip(chosen, values, strict=True):
+                assigned.committed = max(assigned.committed, value)
+
+    def _need_group(self, what: str) -> None:
+        if self.group is None:
+            raise InvalidArgument(
+                f"a consumer without a group only reads: {what}() needs a group "
+                "(client.consumer('name', topics))"
             )
 
     def committed(self, tp: TopicPartition) -> int | None:
-        """The stored next offset of the group for ``tp``."""
+        """The stored next offset of the group for ``tp`` (None without a group)."""
+        if self.group is None:
+            return None
         self._ensure_assigned()
         assigned = self._get(tp)
         with self._db.connection() as conn:
@@ -338,35 +326,78 @@ class Consumer:
         """
         if max_messages < 1:
             raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
+        self._need_group("transaction")
         self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
-        with self._db.connection() as conn:
-            while True:
-                messages = self._claim(conn, max_messages)
-                if messages or time.monotonic() >= deadline:
-                    break
-                conn.rollback()
-                self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
-            tp = messages[0].topic_partition if messages else None
-            yield Batch(messages, conn, tp)
+        self._in_transaction = True
+        try:
+            with self._session_guard():
+                with self._db.connection() as conn:
+                    while True:
+                        messages = self._claim(conn, max_messages)
+                        if messages or time.monotonic() >= deadline:
+                            break
+                        conn.rollback()
+                        self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
+                        self._apply_assignment()
+                    tp = messages[0].topic_partition if messages else None
+                    yield Batch(messages, conn, tp)
+                    if conn.info.transaction_status == TransactionStatus.INERROR:
+                        raise TransactionAborted(
+                            "a database error aborted the transaction of this batch (caught in the "
+                            "block?): nothing was committed and the batch will be delivered again"
+                        )
+        finally:
+            self._in_transaction = False
         if messages:
             # Committed: later polls continue after the claimed range.
-            assigned = self._assigned[messages[0].topic_partition]
-            assigned.position = max(assigned.position, messages[-1].offset + 1)
+            with self._lock:
+                assigned = self._assigned.get(messages[0].topic_partition)
+                if assigned is not None:
+                    assigned.position = max(assigned.position, messages[-1].offset + 1)
+                    assigned.committed = max(assigned.committed, assigned.position)
+
+    @contextmanager
+    def _session_guard(self) -> Iterator[None]:
+        """A batch transaction ended by the server for idling past the session timeout (the
+        member was paused: its partitions may have moved) is reported as :class:`Fenced`."""
+        try:
+            yield
+        except pg_errors.IdleInTransactionSessionTimeout as exc:
+            raise Fenced(
+                f"member {self.member_id!r} of group {self.group!r} idled inside its batch "
+                f"past the session timeout ({self.session_timeout:g} s): the server ended "
+                "the transaction, nothing was committed"
+            ) from exc
 
     def _claim(self, conn: psycopg.Connection[Any], limit: int) -> list[Message]:
-        order = list(self._assigned.values())
-        start = self._claim_start % len(order)
-        order = order[start:] + order[:start]
-        self._claim_start += 1
-        cur = conn.execute(
-            self._db.q("claim_range"),
-            {"group": self.group, **self._id_arrays(order), "limit": limit},
-            binary=True,
-        )
+        with self._lock:
+            order = self._rotated(list(self._assigned.values()), "_claim_start")
+        if not order:
+            return []
+        try:
+            cur = conn.execute(
+                self._db.q("claim_batch"),
+                {
+                    "group": self.group,
+                    "member": None if self._membership is None else self.member_id,
+                    **self._id_arrays(order),
+                    "epochs": [a.epoch for a in order],
+                    "limit": limit,
+                },
+                binary=True,
+            )
+        except psycopg.Error as exc:
+            if exc.sqlstate == "PRF01" and self._membership is not None:
+                self._membership.poke()  # learn which partitions moved before the next call
+            raise
         messages = []
         for topic_id, partition, offset, key, value, headers, created_at in cur.fetchall():
-            name = self._by_id[(topic_id, partition)].meta.name
+            name = order[0].meta.name
+            for assigned in order:
+                if assigned.meta.id == topic_id:
+                    name = assigned.meta.name
+                    break
             messages.append(
                 build_message(
                     name, partition, offset, key, value, decode_headers(headers), created_at
@@ -377,9 +408,25 @@ class Consumer:
     # -- life cycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the consumer's connection. Does not commit."""
+        """Leave the group at once (after ``on_revoke`` for the partitions held), so they move
+        without waiting out the session timeout, and release the connections. Does not
+        commit: commit first, or in ``on_revoke``."""
+        if self._closed:
+            return
         self._closed = True
-        self._close_listener()
+        try:
+            if self._membership is not None:
+                with self._lock:
+                    held = set(self._assigned)
+                try:
+                    self._call(self._on_revoke, held)
+                finally:
+                    self._membership.leave()
+        finally:
+            with self._lock:
+                self._assigned.clear()
+                self._by_id.clear()
+            self._close_listener()
 
     def __enter__(self) -> Consumer:
         return self

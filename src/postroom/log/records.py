@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import re
+import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -129,6 +132,34 @@ def check_offset(offset: object) -> int:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise InvalidArgument(f"invalid offset {offset!r}: must be an integer >= 0")
     return offset
+
+
+_MEMBER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+
+
+def check_member_id(member_id: object) -> str:
+    """``member_id`` if valid; None picks one unique to this process and consumer."""
+    if member_id is None:
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:120] or "host"
+        return f"{host.lstrip('.-_') or 'host'}-{os.getpid()}-{secrets.token_hex(4)}"
+    if not isinstance(member_id, str) or not _MEMBER_ID.fullmatch(member_id):
+        raise InvalidName(
+            f"invalid member_id {member_id!r}: use 1-200 characters from A-Z a-z 0-9 . _ : -, "
+            "starting with a letter or digit"
+        )
+    return member_id
+
+
+def check_session_timeout(seconds: object) -> float:
+    if (
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not 0.05 <= seconds <= 3600
+    ):
+        raise InvalidArgument(
+            f"invalid session_timeout {seconds!r}: must be between 0.05 and 3600 seconds"
+        )
+    return float(seconds)
 
 
 def encode_value(value: Value) -> bytes:
@@ -279,6 +310,10 @@ class PartitionLag:
     lag: int
     lag_seconds: float
     updated_at: datetime
+    member: str | None = None
+    """The live group member holding the partition (None: nobody, or a manual consumer)."""
+    epoch: int | None = None
+    """The fencing epoch of that member's ownership."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +323,11 @@ class GroupInfo:
     lag: int
     updated_at: datetime
     partitions: tuple[PartitionLag, ...] = ()
+    members: int = 0
+    """Live members (consumers that joined the group and heartbeat)."""
+    state: str = ""
+    """``active`` (live members), ``idle`` (none) or ``expired`` (none, and no commit within
+    the default group expiry of retention, 7 days); set by ``list_groups``."""
 
 
 class Record(NamedTuple):

@@ -32,7 +32,7 @@ class AsyncFetcher:
     below half of ``prefetch`` (empty without prefetch) and a slot is idle or there is room
     ahead; on a wake-up (notification, a full batch last time) at once, otherwise every
     ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
-    nothing and no slot is busy."""
+    nothing, no slot is busy and every outcome is written back."""
 
     def __init__(
         self,
@@ -140,6 +140,9 @@ class AsyncFetcher:
                         and not claimed
                         and not self._buffer
                         and self._idle == self._concurrency  # no slot is running a job
+                        # and no outcome awaits its write-back: until then the job still
+                        # counts as running, so a limit may have held back a due job
+                        and not len(self._held)
                     ):
                         self._on_drained()
                 if len(claimed) > 1:

@@ -300,7 +300,7 @@ class Jobs(JobAdmin):
                 )
             state, result, last_error = row
             if state == "done":
-                return result
+                return self.serializer.decode(result)
             if state == "failed":
                 raise JobFailed(f"job {job_id} failed: {last_error}", job_id, last_error)
             if state == "cancelled":

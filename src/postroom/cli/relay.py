@@ -1,0 +1,111 @@
+"""``postroom relay``: carry topics to a sink (Kafka, RabbitMQ, NATS, Redis, HTTP), and
+``postroom relay status``: what each relay still has to send."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+import postroom
+from postroom.errors import InvalidArgument
+
+from .common import console, format_duration, note, open_client, print_json, when
+
+RELAY_HELP = (
+    "Relay TOPIC... to the sink at --to URL until Ctrl-C or SIGTERM; or, as `postroom relay "
+    "status`, show each relay's pending messages and the age of the oldest.\n\n"
+    "Sinks: kafka://HOST:PORT, amqp://USER:PASS@HOST:PORT/, nats://HOST:PORT, "
+    "redis://HOST:PORT/DB, http(s)://HOST/PATH; sink options go in the query string "
+    "(docs/outbox.md).\n\n"
+    "The relay is a member of consumer group --group (default relay.<scheme>): start several "
+    "to split the partitions. A batch is committed only after the sink acknowledged it (at "
+    "least once, in order per key); while the sink is down the same batch is retried; a "
+    "message it rejects goes to TOPIC.dlq after --max-attempts."
+)
+
+
+def relay(
+    ctx: typer.Context,
+    topics: Annotated[
+        list[str], typer.Argument(help="Topics to relay, or `status`.", show_default=False)
+    ],
+    to: Annotated[
+        str | None, typer.Option("--to", help="Sink URL (see above).", show_default=False)
+    ] = None,
+    group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="Consumer group of the relay (default relay.<scheme>); with status, the "
+            "relays to show (repeat; default every group named relay.*).",
+            show_default=False,
+        ),
+    ] = None,
+    profile: Annotated[
+        str,
+        typer.Option("--profile", help="Routing: postroom (as is) or debezium (outbox router)."),
+    ] = "postroom",
+    template: Annotated[
+        str | None,
+        typer.Option(
+            "--template",
+            help="Destination name, e.g. 'outbox.event.{aggregate_type}' (fields: topic, "
+            "partition, key, aggregate_type, aggregate_id, event_type).",
+            show_default=False,
+        ),
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 500,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", min=1)] = 5,
+    dead_letter_topic: Annotated[
+        str, typer.Option("--dead-letter-topic", help="{topic} is the source topic.")
+    ] = "{topic}.dlq",
+    as_json: Annotated[bool, typer.Option("--json", help="status: print JSON.")] = False,
+) -> None:
+    if topics == ["status"] and to is None:
+        _status(ctx, group, as_json)
+        return
+    if to is None:
+        raise InvalidArgument("missing --to URL: the sink to relay to (e.g. redis://127.0.0.1)")
+    if group is not None and len(group) > 1:
+        raise InvalidArgument(f"one --group for a relay, got {group}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    route = postroom.Route(profile, template)  # type: ignore[arg-type] # checked by Route
+    with open_client(ctx) as client:
+        runner = client.relay(
+            topics,
+            to,
+            group=group[0] if group else None,
+            route=route,
+            batch_size=batch_size,
+            max_attempts=max_attempts,
+            dead_letter_topic=dead_letter_topic,
+        )
+        note(f"relaying {', '.join(topics)} to {runner.sink_description}; Ctrl-C stops")
+        runner.run()
+        counters = runner.counters
+    note(f"stopped: {counters.delivered} delivered, {counters.dead_lettered} dead-lettered")
+
+
+relay.__doc__ = RELAY_HELP
+
+
+def _status(ctx: typer.Context, groups: list[str] | None, as_json: bool) -> None:
+    with open_client(ctx) as client:
+        statuses = client.relay_status(groups)
+    if as_json:
+        print_json(statuses)
+        return
+    table = Table("relay", "topics", "pending", "oldest pending", "last commit")
+    for status in statuses:
+        table.add_row(
+            status.group,
+            ", ".join(status.topics),
+            str(status.pending),
+            format_duration(status.oldest_pending_seconds) if status.pending else "-",
+            when(status.updated_at),
+        )
+    console.print(table if statuses else "no relays (no group named relay.* has committed)")

@@ -1,0 +1,67 @@
+# Generated from src/postroom/log/deadletters_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""Dead letters: list them, and replay them to their source topic exactly once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidArgument
+from .records import Message, check_name
+from .subscription import DLQ_SUFFIX
+
+HEADER_PREFIX = "postroom-dlq-"
+
+
+def dead_letter_topic(topic: str) -> str:
+    """``topic`` if it is already a dead-letter topic, else ``<topic>.dlq``."""
+    check_name("topic", topic)
+    return topic if topic.endswith(DLQ_SUFFIX) else f"{topic}{DLQ_SUFFIX}"
+
+
+class DeadLetters:
+    """Reads and replays dead-letter topics through the client's public operations."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def list(self, topic: str, limit: int) -> list[Message]:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InvalidArgument(f"invalid limit {limit!r}: an integer >= 1")
+        found: list[Message] = []
+        with self._client.consumer(None, dead_letter_topic(topic)) as peek:
+            while len(found) < limit:
+                batch = peek.poll(timeout=0, max_messages=limit - len(found))
+                if not batch:
+                    break
+                found.extend(batch)
+        return sorted(found, key=lambda m: (m.timestamp, m.partition, m.offset))
+
+    def replay(self, topic: str, group: str) -> int:
+        """Republish each dead letter once: the cursor of ``group`` on the dead-letter topic
+        advances in the transaction that publishes (transactional consumption)."""
+        replayed = 0
+        source_default = topic.removesuffix(DLQ_SUFFIX)
+        dlq = dead_letter_topic(topic)
+        meta = self._client.describe_topic(dlq)
+        partitions = [(dlq, p) for p in range(meta.partitions)]
+        with self._client.consumer(group, dlq, partitions=partitions) as consumer:
+            while True:
+                with consumer.transaction(max_messages=500) as batch:
+                    for message in batch:
+                        headers = {
+                            k: v
+                            for k, v in message.headers.items()
+                            if not k.startswith(HEADER_PREFIX)
+                        }
+                        source = message.headers.get(f"{HEADER_PREFIX}topic", source_default)
+                        self._client.publish(
+                            source if isinstance(source, str) else source.decode(),
+                            message.value,
+                            key=message.key,
+                            headers=headers,
+                            conn=batch.connection,
+                        )
+                if not batch.messages:
+                    return replayed
+                replayed += len(batch.messages)

@@ -1,0 +1,343 @@
+# Generated from src/postroom/log/membership_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""One consumer's membership in its group: heartbeats, rebalances and partition leases.
+
+No coordinator and no leader: whichever member's heartbeat finds the member set changed (a join,
+a clean leave, an expired session, a topic that grew or went away) runs the rebalance, under the
+group row lock, with the I/O-free sticky assignment (``assignment.py``), and writes each
+partition's target. Members then converge by themselves: a target takes a partition once it is
+free (with a new epoch), and the holder frees it once its in-flight batch is committed or
+abandoned. Every change is announced on the ``postroom_groups`` channel, so hand-overs take
+round trips, not heartbeat intervals; the heartbeat also wakes when another member's session is
+due to expire, so a crashed member's partitions move right after its session timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from .._acompat import Event, gather, sleep, spawn
+from .._db import Database, translate_errors
+from ..errors import PostroomError, TopicNotFound
+from .assignment import assign
+from .metadata import TopicCache, TopicMeta
+
+log = logging.getLogger("postroom.groups")
+
+CHANNEL = "postroom_groups"
+WAIT_SLICE = 0.2
+"""Longest single wait for a notification, so a stop request is noticed promptly."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A partition this member holds (``owned``), is handing over (``revoking``) or is waiting
+    for (``pending``), with the fencing epoch of its ownership."""
+
+    topic_id: int
+    partition: int
+    epoch: int
+    state: str
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.topic_id, self.partition)
+
+
+class Membership:
+    """Keeps one member's session and leases current in the background.
+
+    ``leases`` is replaced as a whole (never mutated) whenever it changes and ``version`` is
+    bumped, so the consumer reads a consistent snapshot from another thread or task.
+    ``release_idle`` is called with the leases being handed over; it returns those the consumer
+    has no batch in flight on, which are released at once.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        topics_cache: TopicCache,
+        group: str,
+        member_id: str,
+        topic_names: list[str],
+        session_timeout: float,
+        release_idle: Callable[[list[Lease]], list[Lease]],
+    ) -> None:
+        self._db = db
+        self._topics_cache = topics_cache
+        self.group = group
+        self.member_id = member_id
+        self._topic_names = topic_names
+        self.session_timeout = session_timeout
+        self._release_idle = release_idle
+        self.leases: dict[tuple[int, int], Lease] = {}
+        self.metas: dict[int, TopicMeta] = {}
+        self.version = 0
+        self.generation_changes = 0
+        self._listener: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._stop = Event()
+        self._poke = Event()
+        self._task: Any = None
+        self._next_wait = session_timeout / 3
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def join(self) -> None:
+        """Register, take part in the rebalance, and wait (up to 1.5 session timeouts) until
+        every partition assigned to this member is taken; then keep heartbeating. Partitions
+        still held by others then (a long batch in flight) come in a later ``poll()``."""
+        self._connect_listener()
+        try:
+            self._beat(joining=True)
+            # Long enough for a paused holder's session to run out (it cannot release).
+            deadline = time.monotonic() + 1.5 * self.session_timeout + 0.5
+            while any(lease.state == "pending" for lease in self.leases.values()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._wait(min(remaining, self._next_wait))
+                self._beat(joining=False)
+        except BaseException:
+            self._close_listener()
+            self._close_connection()
+            raise
+        self._task = spawn(self._run, name=f"postroom-member-{self.member_id}")
+
+    def leave(self) -> None:
+        """Stop heartbeating and leave the group at once: its partitions move now."""
+        self._stop.set()
+        if self._task is not None:
+            try:
+                gather(self._task, self.session_timeout)
+            except TimeoutError:
+                log.warning("member %s: heartbeat loop did not stop in time", self.member_id)
+            self._task = None
+        try:
+            held = [lease for lease in self.leases.values() if lease.state != "pending"]
+            with self._db.connection() as conn:
+                conn.execute(
+                    self._db.q("group_leave"),
+                    {
+                        "group": self.group,
+                        "member": self.member_id,
+                        "topic_ids": [lease.topic_id for lease in held],
+                        "partitions": [lease.partition for lease in held],
+                        "epochs": [lease.epoch for lease in held],
+                    },
+                )
+        except (psycopg.Error, PostroomError) as exc:
+            log.warning("member %s could not leave group %s: %s", self.member_id, self.group, exc)
+        self.leases = {}
+        self.version += 1
+        self._close_listener()
+        self._close_connection()
+
+    def release(self, leases: Iterable[Lease]) -> None:
+        """Hand partitions back (after their batch in flight), so their targets take them."""
+        chosen = list(leases)
+        if not chosen:
+            return
+        with self._db.connection() as conn:
+            conn.execute(
+                self._db.q("group_release"),
+                {
+                    "group": self.group,
+                    "member": self.member_id,
+                    "topic_ids": [lease.topic_id for lease in chosen],
+                    "partitions": [lease.partition for lease in chosen],
+                    "epochs": [lease.epoch for lease in chosen],
+                },
+            )
+
+    def poke(self) -> None:
+        """Make the heartbeat loop beat now (a claim or commit found a lease lost)."""
+        self._poke.set()
+
+    # -- the heartbeat loop -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                self._wait(self._next_wait)
+                if self._stop.is_set():
+                    return
+                self._beat(joining=False)
+                backoff = 0.1
+            except (psycopg.Error, PostroomError) as exc:
+                if self._db.pool.closed:
+                    return  # the client was closed under a consumer left open
+                log.warning(
+                    "member %s of group %s: heartbeat failed (%s); retrying in %.1f s",
+                    self.member_id,
+                    self.group,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                    backoff,
+                )
+                self._close_listener()
+                self._close_connection()
+                sleep(backoff)
+                backoff = min(backoff * 2, self.session_timeout / 3)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The heartbeat loop's own connection, in autocommit: a heartbeat or an acquire is
+        one statement, so a paused process never sits in a transaction holding row locks.
+        Its lock_timeout keeps the loop from waiting on another member's locks for long
+        enough to miss its own heartbeats."""
+        if self._conn is None or self._conn.closed:
+            self._conn = None
+            conn = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
+            ms = str(max(1, round(self.session_timeout * 1000 / 4)))
+            conn.execute(self._db.q("member_session"), {"lock_ms": ms})
+            self._conn = conn
+        return self._conn
+
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass  # already broken
+
+    def _beat(self, *, joining: bool) -> None:
+        metas = self._resolve_topics()
+        with translate_errors(self._db.schema):
+            conn = self._connection()
+            cur = conn.execute(
+                self._db.q("group_heartbeat"),
+                {
+                    "group": self.group,
+                    "member": self.member_id,
+                    "topic_ids": sorted(metas),
+                    "session_ms": max(1, round(self.session_timeout * 1000)),
+                    "joining": joining,
+                },
+            )
+            row = cur.fetchone()
+        rebalance, next_expiry = (True, None) if row is None else row
+        interval = self.session_timeout / 3
+        # Wake just after the next session expiry: a crashed member's partitions move then.
+        self._next_wait = interval if next_expiry is None else min(interval, next_expiry + 0.02)
+        self._next_wait = max(self._next_wait, 0.01)
+        if rebalance:
+            self._rebalance()
+        self._acquire()
+
+    def _resolve_topics(self) -> dict[int, TopicMeta]:
+        metas: dict[int, TopicMeta] = {}
+        for name in self._topic_names:
+            try:
+                meta = self._topics_cache.get(name)
+            except TopicNotFound:
+                continue  # deleted: its leases go; a topic created again is found next time
+            metas[meta.id] = meta
+        if set(metas) != set(self.metas) or metas != self.metas:
+            self.metas = metas
+        return metas
+
+    def _rebalance(self) -> None:
+        conn = self._connection()
+        with translate_errors(self._db.schema):
+            with conn.transaction():
+                row, members, keys = self._rebalance_in(conn)
+        self.generation_changes += 1
+        log.info(
+            "group %s rebalanced by %s: generation %s, %d member(s), %d partition(s)",
+            self.group,
+            self.member_id,
+            "(incomplete: busy leases)" if row is None or row[0] is None else row[0],
+            len(members),
+            len(keys),
+        )
+
+    def _rebalance_in(
+        self, conn: psycopg.Connection[Any]
+    ) -> tuple[Any, dict[str, list[int]], list[tuple[int, int]]]:
+        """One rebalance in the caller's transaction: lock, read, assign, write."""
+        ms = str(max(1, round(self.session_timeout * 1000)))
+        conn.execute(self._db.q("batch_idle_timeout"), {"ms": ms})
+        cur = conn.execute(self._db.q("group_lock"), {"group": self.group})
+        members = {member: list(topics) for member, topics in cur.fetchall()}
+        topic_ids = sorted({t for topics in members.values() for t in topics})
+        cur = conn.execute(
+            self._db.q("group_holders"), {"group": self.group, "topic_ids": topic_ids}
+        )
+        counts: dict[int, int] = {}
+        holders: dict[tuple[int, int], str | None] = {}
+        for topic_id, partition, holder in cur.fetchall():
+            counts[topic_id] = max(counts.get(topic_id, 0), partition + 1)
+            holders[(topic_id, partition)] = holder
+        targets = assign(counts, members, holders)
+        keys = sorted(targets)
+        cur = conn.execute(
+            self._db.q("group_assign"),
+            {
+                "group": self.group,
+                "members": sorted(members),
+                "topic_ids": [k[0] for k in keys],
+                "partitions": [k[1] for k in keys],
+                "targets": [targets[k] for k in keys],
+            },
+        )
+        row = cur.fetchone()
+        return row, members, keys
+
+    def _acquire(self) -> None:
+        with translate_errors(self._db.schema):
+            conn = self._connection()
+            cur = conn.execute(
+                self._db.q("group_acquire"), {"group": self.group, "member": self.member_id}
+            )
+            rows = cur.fetchall()
+        leases = {(t, p): Lease(t, p, epoch, state) for t, p, epoch, state in rows}
+        if leases != self.leases:
+            self.leases = leases
+            self.version += 1
+        revoking = [lease for lease in leases.values() if lease.state == "revoking"]
+        if revoking:
+            self.release(self._release_idle(revoking))
+
+    # -- notifications ----------------------------------------------------------------------
+
+    def _connect_listener(self) -> None:
+        try:
+            self._listener = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
+            self._listener.execute("LISTEN postroom_groups")
+        except psycopg.OperationalError:
+            self._close_listener()  # the loop polls instead, and retries
+
+    def _wait(self, timeout: float) -> None:
+        """Until a change in this group is announced, a stop request, or ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._poke.is_set():
+                self._poke.clear()
+                return
+            if self._listener is None or self._listener.closed:
+                self._connect_listener()
+                if self._listener is None:
+                    sleep(min(remaining, WAIT_SLICE))
+                    continue
+            try:
+                for notify in self._listener.notifies(timeout=min(remaining, WAIT_SLICE)):
+                    if notify.payload == self.group:
+                        return
+            except psycopg.OperationalError:
+                self._close_listener()
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            try:
+                listener.close()
+            except psycopg.Error:
+                pass  # already broken

@@ -1,0 +1,240 @@
+# Generated from src/postroom/log/runner_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The consumer runner: runs ``@client.subscribe`` handlers as consumer group members.
+
+Each subscription runs ``concurrency`` members (tasks here, threads in the sync twin), so its
+partitions are processed in parallel while each partition stays in order (a partition has one
+owner). A member loops: poll (or claim a transactional batch), hand each message to the handler,
+commit. A handler that raises is retried in place with backoff; after ``max_attempts`` the
+message is published to the dead-letter topic with headers naming where it came from and why,
+and the partition goes on past it. A dropped connection or a database restart is logged and
+retried with backoff; the member goes on from the committed cursor. ``stop()`` (SIGTERM,
+SIGINT) stops fetching, lets each member finish and commit its batch, and leaves the group.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+
+from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
+from ..errors import DatabaseUnavailable, Fenced, PostroomError, TopicExists
+from .consumer import Batch, Consumer
+from .records import Message, TopicPartition
+from .subscription import Subscription
+
+log = logging.getLogger("postroom.runner")
+
+POLL_WAIT = 0.5
+"""Seconds a member waits for messages before it checks for a stop request."""
+MAX_ERROR_CHARS = 2000
+
+
+class Runner:
+    """Runs subscriptions until ``stop()``; see the module docstring and docs/log.md.
+
+    runner = client.runner()
+    await runner.run()  # until SIGTERM/SIGINT, or runner.stop()
+    """
+
+    def __init__(self, client: Any, subscriptions: Iterable[Subscription]) -> None:
+        self._client = client
+        self.subscriptions = list(subscriptions)
+        self._stop = Event()
+        self._errors: list[BaseException] = []
+        self.processed = 0
+        """Messages handled (or dead-lettered) and committed."""
+        self.dead_lettered = 0
+
+    def stop(self) -> None:
+        """Ask ``run()`` to finish the batches in flight, commit, leave and return. Safe from a
+        signal handler or another thread."""
+        self._stop.set()
+
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Run every subscription until ``stop()``, SIGTERM or SIGINT."""
+        if not self.subscriptions:
+            raise PostroomError("nothing to run: no function is decorated with @client.subscribe")
+        restore = install_sync_stop_handler(self.stop) if handle_signals else None
+        try:
+            self._create_dead_letter_topics()
+            members = [
+                spawn(self._member_loop, sub, index, name=f"postroom-run-{sub.group}-{index}")
+                for sub in self.subscriptions
+                for index in range(sub.concurrency)
+            ]
+            join_all(members)
+        finally:
+            if restore is not None:
+                restore()
+        if self._errors:
+            raise self._errors[0]
+
+    def _create_dead_letter_topics(self) -> None:
+        for sub in self.subscriptions:
+            for topic in sub.topics:
+                try:
+                    self._client.create_topic(sub.dead_letter_for(topic))
+                except TopicExists:
+                    pass
+                except (psycopg.Error, PostroomError) as exc:  # e.g. a consumer-only role
+                    log.warning("cannot create dead-letter topic for %s: %s", topic, exc)
+
+    # -- one member -------------------------------------------------------------------------
+
+    def _member_loop(self, sub: Subscription, index: int) -> None:
+        failures = 0
+        consumer: Consumer | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if consumer is None:
+                        consumer = self._client.consumer(
+                            sub.group,
+                            list(sub.topics),
+                            session_timeout=sub.session_timeout,
+                            member_id=None if sub.member_id is None else f"{sub.member_id}-{index}",
+                        )
+                    if sub.transactional:
+                        self._transactional_batch(sub, consumer)
+                    else:
+                        self._poll_batch(sub, consumer)
+                    failures = 0
+                except Fenced as exc:
+                    log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
+                except (psycopg.OperationalError, DatabaseUnavailable) as exc:
+                    failures += 1
+                    wait = min(0.2 * 2 ** min(failures - 1, 10), 10.0)
+                    log.warning(
+                        "%s: database unavailable (%s); retrying in %.1f s",
+                        sub.name,
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                        wait,
+                    )
+                    self._stop.wait_timeout(wait)
+        except BaseException as exc:
+            self._errors.append(exc)
+            self._stop.set()  # one member cannot go on: stop them all, the process exits
+            raise
+        finally:
+            if consumer is not None:
+                consumer.close()  # leaves the group at once
+
+    def _poll_batch(self, sub: Subscription, consumer: Consumer) -> None:
+        messages = consumer.poll(timeout=POLL_WAIT, max_messages=sub.max_messages)
+        if not messages:
+            return
+        by_partition: dict[TopicPartition, list[Message]] = {}
+        for message in messages:
+            by_partition.setdefault(message.topic_partition, []).append(message)
+        for batch in by_partition.values():
+            if sub.batch:
+                self._deliver_batch(sub, batch, None)
+            else:
+                for message in batch:
+                    self._deliver(sub, message, None)
+        consumer.commit()
+        self.processed += len(messages)
+
+    def _transactional_batch(self, sub: Subscription, consumer: Consumer) -> None:
+        with consumer.transaction(max_messages=sub.max_messages, timeout=POLL_WAIT) as batch:
+            if not batch.messages:
+                return
+            if sub.batch:
+                self._deliver_batch(sub, batch.messages, batch)
+            else:
+                for message in batch.messages:
+                    self._deliver(sub, message, batch.connection)
+        self.processed += len(batch.messages)
+
+    # -- handlers, retries and dead letters ---------------------------------------------------
+
+    def _deliver(
+        self, sub: Subscription, message: Message, conn: psycopg.Connection[Any] | None
+    ) -> None:
+        args: tuple[Any, ...] = (message,) if conn is None else (message, conn)
+        error = self._attempts(sub, args, conn, f"{message.id}")
+        if error is not None:
+            self._dead_letter(sub, message, error, conn)
+
+    def _deliver_batch(
+        self, sub: Subscription, messages: list[Message], batch: Batch | None
+    ) -> None:
+        conn = None if batch is None else batch.connection
+        if self._attempts(sub, (batch or messages,), conn, f"batch at {messages[0].id}"):
+            # Find the poison: each message alone, with its own attempts.
+            for message in messages:
+                single = [message] if batch is None else Batch([message], batch.connection)
+                error = self._attempts(sub, (single,), conn, message.id)
+                if error is not None:
+                    self._dead_letter(sub, message, error, conn)
+
+    def _attempts(
+        self,
+        sub: Subscription,
+        args: tuple[Any, ...],
+        conn: psycopg.Connection[Any] | None,
+        what: str,
+    ) -> tuple[int, BaseException] | None:
+        """Call the handler up to ``max_attempts`` times; None once it succeeds, else the
+        attempts made and the last error. In a transaction each attempt runs in a savepoint,
+        so a failed attempt's writes are undone and the next starts clean."""
+        for attempt in range(1, sub.max_attempts + 1):
+            try:
+                if conn is None:
+                    call_hook(sub.handler, *args)
+                else:
+                    with conn.transaction():  # a savepoint
+                        call_hook(sub.handler, *args)
+                return None
+            except Exception as exc:
+                if isinstance(exc, psycopg.OperationalError) and (conn is not None and conn.closed):
+                    raise  # the batch's connection is gone: the batch comes again
+                log.warning(
+                    "%s failed on %s (attempt %d of %d): %s",
+                    sub.name,
+                    what,
+                    attempt,
+                    sub.max_attempts,
+                    _describe(exc),
+                )
+                if attempt == sub.max_attempts:
+                    return attempt, exc
+                self._stop.wait_timeout(sub.retry_wait(attempt))
+        return None  # not reached: max_attempts >= 1
+
+    def _dead_letter(
+        self,
+        sub: Subscription,
+        message: Message,
+        failure: tuple[int, BaseException],
+        conn: psycopg.Connection[Any] | None,
+    ) -> None:
+        attempts, error = failure
+        target = sub.dead_letter_for(message.topic)
+        headers = {
+            **message.headers,
+            "postroom-dlq-topic": message.topic,
+            "postroom-dlq-partition": str(message.partition),
+            "postroom-dlq-offset": str(message.offset),
+            "postroom-dlq-attempts": str(attempts),
+            "postroom-dlq-error": _describe(error),
+        }
+        self._client.publish(target, message.value, key=message.key, headers=headers, conn=conn)
+        self.dead_lettered += 1
+        log.error(
+            "%s: %s moved to dead-letter topic %s after %d attempts: %s",
+            sub.name,
+            message.id,
+            target,
+            attempts,
+            _describe(error),
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")
+    return text.encode("utf-8", "replace").decode("utf-8")[:MAX_ERROR_CHARS]

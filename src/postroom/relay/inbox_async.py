@@ -1,0 +1,79 @@
+"""The inbox: a receiver records the ids of the messages it processed in its own transaction,
+so a redelivered message (the relay delivers at least once) is recognised and skipped."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from .._db_async import AsyncDatabase
+from ..errors import InvalidArgument
+from ..log.records import check_name
+
+MAX_ID_CHARS = 1000
+
+
+def check_message_id(message_id: object) -> str:
+    if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_ID_CHARS:
+        raise InvalidArgument(
+            f"invalid message id {message_id!r}: a string of 1-{MAX_ID_CHARS} characters"
+        )
+    return message_id
+
+
+class AsyncInbox:
+    """Message ids processed by one receiver (``name``), recorded in the transaction of
+    ``conn`` (a psycopg connection, or a SQLAlchemy/Django connection or session wrapping one).
+
+        with conn.transaction():
+            if client.inbox(conn).seen(message_id):
+                return  # a duplicate: its effects are already committed
+            conn.execute("UPDATE accounts ...")  # the effects commit with the id, or neither
+
+    If the transaction rolls back, the id is forgotten with the effects and the message counts
+    as new when it comes again. Run ``client.prune_inbox(older_than=...)`` from time to time:
+    keep ids at least as long as a redelivery can arrive (the relay resends only its batch in
+    flight, so hours are plenty; days are safe).
+    """
+
+    def __init__(self, db: AsyncDatabase, conn: object, name: str = "default") -> None:
+        if conn is None:
+            raise InvalidArgument(
+                "an inbox needs your connection (conn=...): the id must commit with your work"
+            )
+        self._db = db
+        self._conn = conn
+        self.name = check_name("inbox", name)
+
+    async def seen(self, message_id: str) -> bool:
+        """True if ``message_id`` was recorded before (a duplicate: skip it); False if it is
+        new, and now recorded in the caller's transaction. A concurrent transaction recording
+        the same id waits for this one to end; then exactly one of the two sees it new."""
+        check_message_id(message_id)
+        async with self._db.connection(self._conn) as conn:
+            cur = await conn.execute(
+                self._db.q("inbox_record"), {"name": self.name, "message_id": message_id}
+            )
+            return await cur.fetchone() is None
+
+
+async def prune_inbox(
+    db: AsyncDatabase, older_than: timedelta, name: str | None, batch_size: int
+) -> int:
+    """Delete ids recorded more than ``older_than`` ago; returns how many."""
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise InvalidArgument(f"invalid older_than {older_than!r}: a timedelta >= 0")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
+    if name is not None:
+        check_name("inbox", name)
+    before = datetime.now(UTC) - older_than
+    total = 0
+    while True:
+        async with db.connection() as conn:
+            cur = await conn.execute(
+                db.q("inbox_prune"), {"before": before, "name": name, "batch": batch_size}
+            )
+            deleted = cur.rowcount
+        total += deleted
+        if deleted < batch_size:
+            return total

@@ -1,0 +1,45 @@
+"""Relay status as data: per relay, pending messages and the age of the oldest pending one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..errors import GroupNotFound
+from .records import RELAY_GROUP_PREFIX, RelayStatus
+
+if TYPE_CHECKING:
+    from ..client_async import AsyncClient
+
+
+async def relay_status(
+    client: AsyncClient, groups: Iterable[str] | None = None
+) -> list[RelayStatus]:
+    """The status of the relays ``groups`` (default: every group named ``relay.*``).
+
+    Raises :class:`GroupNotFound` for a named group that has never committed."""
+    if groups is None:
+        names = sorted(
+            g.name for g in await client.list_groups() if g.name.startswith(RELAY_GROUP_PREFIX)
+        )
+    else:
+        names = list(groups)
+    statuses = []
+    for name in names:
+        try:
+            info = await client.describe_group(name)
+        except GroupNotFound:
+            raise GroupNotFound(
+                f"unknown relay {name!r}: no relay of that group has started yet"
+            ) from None
+        statuses.append(
+            RelayStatus(
+                name,
+                info.topics,
+                info.lag,
+                max((p.lag_seconds for p in info.partitions if p.lag), default=0.0),
+                info.updated_at,
+                info.partitions,
+            )
+        )
+    return statuses

@@ -1,0 +1,155 @@
+"""Shared pieces of the relay tests: run a relay in a thread, wait with a deadline, check
+what a sink received."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import postroom
+from postroom.relay import Relay
+
+
+def unique(prefix: str) -> str:
+    """A name no other test (or helper sharing this machine's brokers) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+@contextmanager
+def running_relay(
+    client: postroom.Client, topics: str | list[str], sink: Any, **options: Any
+) -> Iterator[Relay]:
+    """A relay running in a thread for the duration of the block; stopped and joined after,
+    and any error it raised is raised here."""
+    relay = client.relay(topics, sink, **options)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            relay.run()
+        except BaseException as exc:  # noqa: BLE001 (handed to the test thread)
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield relay
+    finally:
+        relay.stop()
+        thread.join(30)
+    assert not thread.is_alive(), "the relay did not stop within 30 s"
+    if failure:
+        raise failure[0]
+
+
+def publish_keyed(
+    client: postroom.Client,
+    dsn: str,
+    topic: str,
+    total: int,
+    keys: int,
+    *,
+    per_tx: int = 50,
+    rollback_every: int = 0,
+) -> list[dict[str, int]]:
+    """Publish ``total`` events {"seq", "key"} in transactions of ``per_tx``; with
+    ``rollback_every`` = n every n-th transaction is rolled back. Returns the committed events."""
+    import psycopg
+
+    committed: list[dict[str, int]] = []
+    with psycopg.connect(dsn) as conn:
+        for tx_index, start in enumerate(range(0, total, per_tx)):
+            events = [{"seq": s, "key": s % keys} for s in range(start, min(start + per_tx, total))]
+            client.publish_batch(
+                topic,
+                [{"key": f"k{e['key']}", "value": e} for e in events],
+                conn=conn,
+            )
+            if rollback_every and tx_index % rollback_every == rollback_every - 1:
+                conn.rollback()
+            else:
+                conn.commit()
+                committed.extend(events)
+    return committed
+
+
+def check_delivery(
+    received: list[tuple[str, dict[str, int]]], committed: list[dict[str, int]]
+) -> int:
+    """Every committed event exactly once after dedup by id, nothing else, per-key order kept.
+    Returns the number of duplicates dropped."""
+    seen: set[str] = set()
+    events = []
+    for message_id, event in received:
+        if message_id in seen:
+            continue
+        seen.add(message_id)
+        events.append(event)
+    seqs = [e["seq"] for e in events]
+    assert len(seqs) == len(set(seqs)), "two ids carried the same event"
+    assert sorted(seqs) == sorted(e["seq"] for e in committed), "lost or rolled-back events"
+    by_key: dict[int, list[int]] = {}
+    for event in events:
+        by_key.setdefault(event["key"], []).append(event["seq"])
+    for key, key_seqs in by_key.items():
+        assert key_seqs == sorted(key_seqs), f"key {key} reordered"
+    return len(received) - len(events)
+
+
+def decode(value: bytes | str) -> dict[str, int]:
+    result: dict[str, int] = json.loads(value)
+    return result
+
+
+def group_lag(client: postroom.Client, group: str) -> int | None:
+    """The group's total lag, None while it has not committed yet."""
+    from postroom.errors import GroupNotFound
+
+    try:
+        return client.describe_group(group).lag
+    except GroupNotFound:
+        return None
+
+
+CLI = [sys.executable, "-c", "from postroom.cli.main import main; main()"]
+
+
+def start_relay(dsn: str, *args: str) -> subprocess.Popen[str]:
+    """``postroom relay ARGS`` in a process of its own."""
+    return subprocess.Popen(
+        [*CLI, "--url", dsn, "relay", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_relays(procs: list[subprocess.Popen[str]]) -> list[str]:
+    """SIGTERM each relay, wait for it, and return their stderr; each must exit 0."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    errors = [proc.communicate(timeout=60)[1] for proc in procs]
+    for proc, err in zip(procs, errors, strict=True):
+        assert proc.returncode == 0, err
+    return errors

@@ -1,0 +1,25 @@
+"""The relay benchmark runs end to end and counts right (never a timing assertion)."""
+
+from __future__ import annotations
+
+import pytest
+
+from postroom.benchmarks import relay as relay_bench
+
+pytest.importorskip("redis")
+
+
+@pytest.mark.slow
+def test_tiny_relay_benchmark_reports_every_figure(dsn: str, broker: str) -> None:
+    settings = relay_bench.Settings(
+        messages=500, kafka=broker, latency_rate=50, latency_seconds=0.5, batch_size=100
+    )
+    result = relay_bench.run(dsn, settings)
+    for phase in ("redis_raw", "redis_relay", "kafka_raw", "kafka_relay"):
+        assert result[phase]["messages"] == 500, phase
+        assert result[phase]["rate"] > 0, phase
+    assert result["redis_relay"]["raw_ratio"] > 0
+    latency = result["latency"]
+    assert latency["received"] == latency["sent"] == 25
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    assert set(result["targets"]) == {"redis_vs_raw", "kafka_vs_raw", "latency_p99"}

@@ -1,0 +1,242 @@
+"""The relay loop's decisions with a scripted sink (what it acknowledges, refuses or cannot
+take is chosen by the test), against real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import postroom
+from postroom import Backoff
+from postroom.errors import InvalidArgument, MessageRejected, SinkUnavailable, TopicNotFound
+from postroom.relay import Outbound, Route, Sink
+
+from .helpers import group_lag, running_relay, wait_until
+
+FAST = Backoff(base=0.01, factor=2, max_delay=0.05)
+
+
+class ScriptedSink(Sink):
+    """Acknowledges everything except what ``refuse`` (ids refused for good) and ``down``
+    (while set, nothing is taken) say; ``sent`` keeps the ids acknowledged, in order."""
+
+    scheme = "scripted"
+
+    def __init__(self) -> None:
+        super().__init__("scripted://test")
+        self.sent: list[str] = []
+        self.refuse: set[str] = set()
+        self.down = threading.Event()
+        self.calls = 0
+        self.opened = 0
+        self.closed = 0
+
+    async def open(self) -> None:
+        self.opened += 1
+
+    async def send(self, batch: Sequence[Outbound]) -> None:
+        self.calls += 1
+        if self.down.is_set():
+            raise SinkUnavailable("scripted outage")
+        for index, out in enumerate(batch):
+            if out.id in self.refuse:
+                raise MessageRejected(f"refused {out.id}", index)
+            self.sent.append(out.id)
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
+def ids(topic: str, offsets: range | list[int], partition: int = 0) -> list[str]:
+    return [f"{topic}/{partition}/{o}" for o in offsets]
+
+
+def test_acknowledged_batches_are_committed(client: postroom.Client) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", list(range(25)))
+    sink = ScriptedSink()
+    with running_relay(client, "t", sink, group="relay.s", batch_size=10) as relay:
+        wait_until(lambda: group_lag(client, "relay.s") == 0)
+    assert sink.sent == ids("t", range(25))
+    assert relay.counters.batches == 3
+    assert (sink.opened, sink.closed) == (1, 1)
+
+
+def test_an_outage_holds_the_cursor_and_the_same_batch_comes_again(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", list(range(5)))
+    sink = ScriptedSink()
+    sink.down.set()
+    with running_relay(client, "t", sink, group="relay.s", backoff=FAST) as relay:
+        wait_until(lambda: sink.calls >= 5)
+        assert group_lag(client, "relay.s") in (None, 5)
+        client.publish_batch("t", list(range(5, 8)))
+        sink.down.clear()
+        wait_until(lambda: group_lag(client, "relay.s") == 0)
+    assert sink.sent == ids("t", range(8))
+    assert relay.counters.sink_failures >= 5
+
+
+def test_a_refused_message_is_dead_lettered_after_max_attempts_in_its_place(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", [{"value": f"v{i}", "key": "k"} for i in range(6)])
+    sink = ScriptedSink()
+    sink.refuse = {"t/0/2"}
+    with running_relay(
+        client,
+        "t",
+        sink,
+        group="relay.s",
+        max_attempts=4,
+        backoff=FAST,
+        dead_letter_topic="dead.{topic}",
+    ) as relay:
+        wait_until(lambda: group_lag(client, "relay.s") == 0)
+    assert sink.sent == ids("t", [0, 1, 3, 4, 5])
+    assert relay.counters.dead_lettered == 1
+    with client.consumer("check", "dead.t") as consumer:
+        [dead] = consumer.poll(timeout=5)
+    assert (dead.value, dead.key) == (b"v2", b"k")
+    assert dead.headers["postroom-dlq-attempts"] == "4"
+    assert dead.headers["postroom-dlq-error"] == "refused t/0/2"
+
+
+def test_a_message_the_route_cannot_map_is_dead_lettered_at_once(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("outbox")
+    client.publish_event(None, "Order", 1, "Created", {"n": 1})
+    client.publish("outbox", {"n": 2}, key="1")  # not an event: no aggregatetype
+    client.publish_event(None, "Order", 1, "Paid", {"n": 3})
+    sink = ScriptedSink()
+    with running_relay(client, "outbox", sink, group="relay.s", route=Route("debezium")) as r:
+        wait_until(lambda: group_lag(client, "relay.s") == 0)
+    assert len(sink.sent) == 2 and r.counters.dead_lettered == 1
+    with client.consumer("check", "outbox.dlq") as consumer:
+        [dead] = consumer.poll(timeout=5)
+    assert dead.json() == {"n": 2}
+    assert dead.headers["postroom-dlq-attempts"] == "1"
+
+
+def test_stop_during_an_outage_commits_nothing(client: postroom.Client) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", list(range(3)))
+    sink = ScriptedSink()
+    sink.down.set()
+    with running_relay(client, "t", sink, group="relay.s", backoff=Backoff(base=5, jitter=0)):
+        wait_until(lambda: sink.calls >= 1)
+    # stop() cut the 5 s backoff short: the block ended promptly, the batch is not committed
+    assert group_lag(client, "relay.s") in (None, 3)
+
+
+def test_configuration_errors(client: postroom.Client) -> None:
+    client.create_topic("t")
+    with pytest.raises(TopicNotFound, match="cannot relay unknown topic 'nope'"):
+        with running_relay(client, ["t", "nope"], ScriptedSink()):
+            pass
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"batch_size": 0}, "batch_size"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"group": "bad group"}, "group name"),
+        ({"dead_letter_topic": "bad topic"}, "dead-letter topic name"),
+        ({"dead_letter_topic": "{colour}.dlq"}, "invalid dead_letter_topic"),
+        ({"dead_letter_topic": "{topic"}, "invalid dead_letter_topic"),
+    ]
+    for options, match in cases:
+        with pytest.raises(InvalidArgument, match=match):
+            client.relay("t", ScriptedSink(), **options)
+
+
+def test_lost_database_connections_are_survived(client: postroom.Client, dsn: str) -> None:
+    from tests.proxy import Proxy
+
+    client.create_topic("t", partitions=2)
+    client.publish_batch("t", [{"value": str(i), "key": str(i % 3)} for i in range(300)])
+    sink = ScriptedSink()
+    proxy = Proxy(dsn)
+    try:
+        with postroom.connect(proxy.dsn) as through_proxy:
+            with running_relay(
+                through_proxy, "t", sink, group="relay.s", batch_size=20, backoff=FAST
+            ):
+                wait_until(lambda: len(sink.sent) >= 40, interval=0.001)
+                assert proxy.cut() > 0  # every connection of the relay drops, as in failover
+                wait_until(lambda: group_lag(client, "relay.s") == 0, timeout=60)
+    finally:
+        proxy.close()
+    delivered = list(dict.fromkeys(sink.sent))  # dedup by id, first occurrence kept
+    expected = {
+        f"t/{p.partition}/{o}"
+        for p in client.describe_topic("t").partition_info
+        for o in range(p.high_water)
+    }
+    assert set(delivered) == expected and len(expected) == 300
+    for partition in (0, 1):
+        offsets = [int(i.rsplit("/", 1)[1]) for i in delivered if i.split("/")[1] == str(partition)]
+        assert offsets == sorted(offsets)
+
+
+def test_relay_status_as_data(client: postroom.Client) -> None:
+    client.create_topic("t", partitions=2)
+    client.publish_batch("t", [{"value": str(i), "key": str(i)} for i in range(10)])
+    sink = ScriptedSink()
+    with running_relay(client, "t", sink, group="relay.data"):
+        wait_until(lambda: group_lag(client, "relay.data") == 0)
+    assert client.relay_status()[0].pending == 0
+    client.publish("t", "late", key="1")
+    [status] = client.relay_status(["relay.data"])
+    assert (status.group, status.topics, status.pending) == ("relay.data", ("t",), 1)
+    assert 0 <= status.oldest_pending_seconds < 60
+
+
+def test_stop_does_not_wait_out_a_long_poll(client: postroom.Client) -> None:
+    client.create_topic("t")
+    sink = ScriptedSink()
+    # With a 120 s poll, only an interrupted poll lets the relay stop within running_relay's
+    # 30 s join (which fails the test otherwise).
+    with running_relay(client, "t", sink, group="relay.s", poll_timeout=120):
+        client.publish("t", "x")
+        wait_until(lambda: sink.sent == ["t/0/0"])
+
+
+class Fenced(postroom.errors.PostroomError):
+    """Stands for consumer groups' errors.Fenced (issue 7), matched by name."""
+
+
+class CommitFails:
+    """A consumer whose commit raises ``error``: what a member that lost its partitions sees."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def poll(self, timeout: float, max_messages: int) -> list[Any]:
+        from datetime import UTC, datetime
+
+        from postroom.log.records import build_message
+
+        return [build_message("t", 0, 0, None, b"v", {}, datetime.now(UTC))]
+
+    async def commit(self, offsets: Any) -> None:
+        raise self.error
+
+
+def test_a_fenced_commit_is_survived_and_other_errors_are_not() -> None:
+    import asyncio
+    from typing import cast
+
+    from postroom.relay import AsyncRelay
+
+    sink = ScriptedSink()
+    relay = AsyncRelay(cast(Any, None), "t", sink)
+    assert asyncio.run(relay.relay_batch(CommitFails(Fenced("t/0 moved")))) == 1
+    assert sink.sent == ["t/0/0"]
+    assert "the new owner resends" in str(relay.counters.last_error)
+    with pytest.raises(InvalidArgument, match="boom"):
+        asyncio.run(relay.relay_batch(CommitFails(InvalidArgument("boom"))))
