@@ -25,6 +25,10 @@ and is collected once per flavour: ``[pg15-sync]``, ``[pg15-async]``, ``[pg18-sy
   ``psycopg.Connection`` for the sync client and a blocking view of a ``psycopg.AsyncConnection``
   for the async one (same methods: ``execute``, ``commit``, ``transaction()``, ...).
 - Sync job functions given to the async worker run in its threads, as in production.
+- Where the two clients differ on purpose (the async client accepts coroutine jobs), ask for
+  ``client_flavour`` (``"sync"`` or ``"async"``) too.
+- Helpers: ``tests/signals.py`` has ``Signals`` (wait on notifications, not sleeps) and
+  ``wait_for_listener`` (the code under test listens and can only be woken by a notification).
 
 To keep CI time in check the async flavour runs on the first ``--pg`` server only (pg15 by
 default): the SQL is the same for both clients, so the second server adds nothing for it.
