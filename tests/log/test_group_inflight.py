@@ -91,3 +91,33 @@ def test_offsets_read_under_a_lost_assignment_are_not_committed_under_the_new_on
     first.commit({tp: 10})
     assert first.committed(tp) == 10
     first.close()
+
+
+def test_a_partition_with_nothing_new_handed_over_during_a_commit_does_not_refuse_it(
+    client: postroom.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat loop may hand over an idle partition (nothing read past its cursor) at
+    any moment, also between the moment commit() chose its partitions and the moment it
+    stores them: such a partition is not part of the commit (was: committed under its old
+    epoch, so the whole commit was refused as Fenced and the batch delivered again)."""
+    client.create_topic("t", partitions=2)
+    client.publish("t", "only", partition=0)
+    first = client.consumer("g", "t", session_timeout=10)
+    [message] = first.poll(timeout=5)
+    assert message.partition == 0
+    second = client.consumer("g", "t", session_timeout=10)
+    db = first._db
+    real_q = db.q
+
+    def q(name: str) -> object:
+        if name == "commit_offsets":  # commit() has chosen its partitions: hand one over now
+            monkeypatch.setattr(db, "q", real_q)
+            assert second.assignment() == {TopicPartition("t", 1)}
+        return real_q(name)
+
+    monkeypatch.setattr(db, "q", q)
+    first.commit()
+    assert first.committed(TopicPartition("t", 0)) == 1
+    assert second.committed(TopicPartition("t", 1)) == 0
+    first.close()
+    second.close()

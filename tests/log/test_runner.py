@@ -62,7 +62,7 @@ class Seen:
 def test_the_runner_handles_every_message_in_order_per_partition(client: postroom.Client) -> None:
     client.create_topic("orders", partitions=4)
     seen = Seen(40)
-    client.subscribe("orders", group="billing", concurrency=2, session_timeout=2)(seen.add)
+    client.subscribe("orders", group="billing", concurrency=2)(seen.add)
     client.publish_batch("orders", [{"value": f"{i}", "key": f"k{i % 7}"} for i in range(40)])
     with running(client) as runner:
         seen.wait()
@@ -150,7 +150,7 @@ def test_an_async_runner_runs_coroutine_handlers(dsn: str) -> None:
             got: list[str] = []
             done = asyncio.Event()
 
-            @client.subscribe("t", group="g", batch=True, session_timeout=2)
+            @client.subscribe("t", group="g", batch=True)
             async def handle(messages: list[postroom.Message]) -> None:
                 got.extend(m.text() for m in messages)
                 if len(got) == 6:

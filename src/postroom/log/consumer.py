@@ -259,7 +259,10 @@ class Consumer(AssignedPartitions):
         # always committed under the epoch they were read at (or refused as Fenced).
         with self._lock:
             if offsets is None:
-                chosen = list(self._assigned.values())
+                # Only partitions read past their cursor: one with nothing new (position ==
+                # committed) may be handed over by the heartbeat loop at any moment, and
+                # committing it under its old epoch would refuse the whole call as Fenced.
+                chosen = [a for a in self._assigned.values() if a.position > a.committed]
                 values = [a.position for a in chosen]
             else:
                 chosen = [self._get(tp) for tp in offsets]
