@@ -43,23 +43,42 @@ def test_main_prints_json(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
-    settings = queue_bench.Settings(jobs=300, claim=100, reference_batch=100, rate=40, seconds=0.5)
+    settings = queue_bench.Settings(
+        jobs=300, claim=100, reference_batch=100, rate=40, seconds=0.5, hold_jobs=200
+    )
     result = queue_bench.run(dsn, settings)
 
     assert result["enqueue"]["jobs"] == 300
-    for phase in ("burn_down", "burn_down_deleted", "reference"):
+    for phase in ("burn_down", "burn_down_async", "burn_down_tuned"):
+        assert result[phase]["jobs"] == 300, phase
+        assert result[phase]["rate"] > 0, phase
+        assert result[phase]["worker_cpu_us_per_job"] > 0, phase
+    for phase in ("minimal_reference", "reference"):
         assert result[phase]["jobs"] == 300, phase
         assert result[phase]["rate"] > 0, phase
     sustained = result["sustained"]
     assert sustained["jobs"] == 20
     assert 0 < sustained["p50_ms"] <= sustained["p99_ms"] <= sustained["max_ms"]
+    memory = result["memory"]
+    assert memory["held"] >= 200
+    assert memory["peak_rss_kb"] >= memory["rss_idle_kb"] > 0
     assert set(result["targets"]) == {
-        "enqueue_jobs_per_s",
-        "burn_down_jobs_per_s",
-        "burn_down_vs_reference",
+        "enqueue_vs_insert_select",
+        "burn_down_vs_minimal",
+        "burn_down_async_vs_minimal",
+        "burn_down_tuned_vs_minimal",
         "p99_ms",
     }
-    assert "postroom queue benchmark" in queue_bench.format_report(result)
+    report = queue_bench.format_report(result)
+    for line in ("minimal reference: 2-column table", "async def jobs, worker defaults", "memory:"):
+        assert line in report, line
+
+
+def test_the_churn_verdict_flags_growth() -> None:
+    flat = [{"bytes": 100, "worker_rss_kb": 50_000}] * 6
+    growing = [{"bytes": 100 * 2**i, "worker_rss_kb": 50_000} for i in range(6)]
+    assert queue_bench._bounded(flat)
+    assert not queue_bench._bounded(growing)
 
 
 def test_the_log_report_names_every_phase(dsn: str) -> None:

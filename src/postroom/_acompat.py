@@ -311,8 +311,19 @@ class AJobCall:
             self._thread_call = JobCall(self._func, self._kwargs, self._timeout)
             executor = None if self._threads is None else self._threads.executor
             return await asyncio.get_running_loop().run_in_executor(executor, self._thread_call.run)
-        self._task = asyncio.ensure_future(self._func(**self._kwargs))
-        done, _ = await asyncio.wait({self._task}, timeout=self._timeout)
+        task = self._task = asyncio.get_running_loop().create_task(self._func(**self._kwargs))
+        if self._timeout is None:
+            # Awaited directly: asyncio.wait's futures and callbacks cost more than a no-op
+            # job. (Only a cancellation of the slot itself would reach the job through this
+            # await; the worker never cancels its slots, and such a cancellation propagates.)
+            try:
+                return await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if self._reason is None and current is not None and current.cancelling():
+                    raise
+                raise self._reason or JobInterrupted("cancelled") from None
+        done, _ = await asyncio.wait({task}, timeout=self._timeout)
         if not done:
             self.interrupt(JobInterrupted(f"timed out after {self._timeout:g} s"))
             await asyncio.wait({self._task})

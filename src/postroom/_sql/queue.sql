@@ -57,9 +57,12 @@ SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
 
 -- name: claim_jobs
 -- Claims up to %(limit)s due jobs of the queues for this worker under a lease (the claim_jobs
--- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist).
+-- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist). Sorted in
+-- claim order: UPDATE ... RETURNING gives rows in the order it wrote them, and the worker
+-- starts a prefetched batch in the order it comes.
 SELECT id, queue, kind, args, attempts, max_attempts, created_at, run_at
-FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval);
+FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval)
+ORDER BY priority, run_at, id;
 
 -- Write-backs take parallel arrays (ids, attempts, ...) and find their rows by primary key
 -- alone (id = ANY), reading each row's own entries with array_position: no join, so no plan

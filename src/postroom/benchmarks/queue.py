@@ -24,6 +24,7 @@ The benchmark works in its own schema (``postroom_bench_queue``), dropped and re
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import subprocess
 import sys
@@ -57,6 +58,7 @@ class Settings:
     seconds: float = 10.0
     churn_seconds: float = 0.0
     churn_batch: int = 200
+    hold_jobs: int = 100_000
 
 
 def _connect(url: str) -> postroom.Client:
@@ -124,36 +126,104 @@ def measure_enqueue(url: str, settings: Settings) -> dict[str, Any]:
     }
 
 
-def measure_burn_down(url: str, settings: Settings, *, keep: bool) -> dict[str, Any]:
-    """One worker in this process drains the backlog; timed from run() to the last write."""
-    with _connect(url) as client:
-        _register(client)
-        backlog = _backlog(url)
-        worker = client.worker(
-            concurrency=1,
-            prefetch=settings.claim - 1,
-            poll_interval=0.05,
-            keep_finished=86400 if keep else 0,
-        )
-        thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
-        started = time.perf_counter()
-        cpu_started = time.process_time()
-        thread.start()
-        while worker.processed < backlog and thread.is_alive():
-            time.sleep(0.001)
-        elapsed = time.perf_counter() - started
-        cpu = time.process_time() - cpu_started
-        worker.stop()
-        thread.join()
+def measure_burn_down(
+    url: str, settings: Settings, *, flavour: str = "sync", **options: Any
+) -> dict[str, Any]:
+    """One worker in this process drains the backlog; timed from run() to the last write.
+
+    ``options`` are the worker's keyword arguments (none: the defaults a new user gets);
+    ``flavour`` "sync" runs ``def`` jobs on ``postroom.connect``'s worker, "async" runs
+    ``async def`` jobs on ``postroom.connect_async``'s."""
+    backlog = _backlog(url)
+    if flavour == "async":
+        elapsed, cpu = asyncio.run(_burn_down_async(url, backlog, options))
+    else:
+        with _connect(url) as client:
+            _register(client)
+            worker = client.worker(**options)
+            thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
+            started = time.perf_counter()
+            cpu_started = time.process_time()
+            thread.start()
+            while worker.processed < backlog and thread.is_alive():
+                time.sleep(0.002)
+            elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
+            worker.stop()
+            thread.join()
     return {
         "jobs": backlog,
         "seconds": elapsed,
         "rate": round(rate(backlog, elapsed)),
-        "keep_finished": keep,
+        "flavour": flavour,
+        "options": {k: v for k, v in options.items()},
         # CPU seconds of this Python process (all threads) while it drained: close to
         # `seconds` means the worker is bound by the interpreter (one core, the GIL).
         "worker_cpu_seconds": round(cpu, 3),
+        "worker_cpu_us_per_job": round(cpu / max(backlog, 1) * 1e6, 1),
     }
+
+
+async def _burn_down_async(url: str, backlog: int, options: dict[str, Any]) -> tuple[float, float]:
+    async with await postroom.connect_async(url, schema=SCHEMA) as client:
+
+        @client.job("noop")
+        async def noop(n: int) -> None:
+            pass
+
+        worker = client.worker(**options)
+        started = time.perf_counter()
+        cpu_started = time.process_time()
+        task = asyncio.ensure_future(worker.run(handle_signals=False))
+        while worker.processed < backlog and not task.done():  # noqa: ASYNC110 - polls a counter
+            await asyncio.sleep(0.002)
+        elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
+        worker.stop()
+        await task
+    return elapsed, cpu
+
+
+def measure_minimal_reference(url: str, settings: Settings) -> dict[str, Any]:
+    """The physical reference: the same claim + delete loop on a minimal two-column queue
+    table (``id bigint PRIMARY KEY, claimed boolean``), one connection, in a scratch table
+    this benchmark creates and drops. What the server can do for any SKIP LOCKED queue."""
+    table = sql.Identifier(SCHEMA, "reference_queue")
+    claim = sql.SQL(
+        "UPDATE {t} SET claimed = true WHERE id IN (SELECT id FROM {t} WHERE NOT claimed "
+        "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id"
+    ).format(t=table)
+    delete = sql.SQL("DELETE FROM {t} WHERE id = ANY(%s)").format(t=table)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, claimed boolean NOT NULL)").format(
+                table
+            )
+        )
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT g, false FROM generate_series(1, %s) AS g").format(
+                table
+            ),
+            (settings.jobs,),
+        )
+        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
+    drained = 0
+    with psycopg.connect(url) as conn:
+        started = time.perf_counter()
+        while True:
+            rows = conn.execute(claim, (settings.reference_batch,)).fetchall()
+            conn.commit()
+            if not rows:
+                break
+            conn.execute(delete, ([r[0] for r in rows],))
+            conn.commit()
+            drained += len(rows)
+        elapsed = time.perf_counter() - started
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    assert drained == settings.jobs, (drained, settings.jobs)
+    return {"jobs": drained, "seconds": elapsed, "rate": round(rate(drained, elapsed))}
 
 
 def measure_reference(url: str, settings: Settings) -> dict[str, Any]:
@@ -248,6 +318,7 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
                             "dead": dead,
                             "bytes": size,
                             "vacuums": vacuums,
+                            "worker_rss_kb": _rss_kb(worker.pid).get("VmRSS", 0),
                         }
                     )
 
@@ -276,8 +347,121 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
         "rate": round(rate(enqueued, settings.churn_seconds)),
         "max_dead": max((s["dead"] for s in samples), default=0),
         "max_bytes": max((s["bytes"] for s in samples), default=0),
+        "worker_rss_kb": [s["worker_rss_kb"] for s in samples],
+        "bounded": _bounded(samples),
         "samples": samples,
     }
+
+
+def _bounded(samples: list[dict[str, Any]]) -> bool:
+    """No unbounded growth: the second half of the run peaks at most 1.5 times as high as the
+    first half, in table size and in the worker's RSS (too few samples: True)."""
+    if len(samples) < 4:
+        return True
+    half = len(samples) // 2
+    for key in ("bytes", "worker_rss_kb"):
+        first = max(s[key] for s in samples[:half])
+        second = max(s[key] for s in samples[half:])
+        if second > 1.5 * max(first, 1):
+            return False
+    return True
+
+
+def _rss_kb(pid: int | str = "self") -> dict[str, int]:
+    """Resident set size now and at its peak (VmRSS, VmHWM) of a process, in KiB, from
+    /proc (empty where there is no /proc)."""
+    figures = {}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "VmHWM"):
+                    figures[name] = int(value.split()[0])
+    except OSError:
+        pass
+    return figures
+
+
+def measure_memory(url: str, settings: Settings) -> dict[str, Any]:
+    """Peak RSS of a worker process holding ``hold_jobs`` claimed-but-not-started jobs: one
+    slot runs a job that blocks until released, ``prefetch=hold_jobs`` holds the rest."""
+    count = settings.hold_jobs
+    with _connect(url) as client:
+        client.enqueue_batch([{"kind": "hold", "args": {"n": n}} for n in range(count + 1)])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "postroom.benchmarks.queue",
+            "--serve-hold",
+            str(count),
+            "--url",
+            url,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the benchmark worker process did not start")
+        before = _rss_kb(proc.pid)
+        started = time.perf_counter()
+        held = 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            query = sql.SQL("SELECT count(*) FROM {} WHERE state = 'running'").format(
+                sql.Identifier(SCHEMA, "jobs")
+            )
+            while held < count and time.perf_counter() - started < 120:
+                row = conn.execute(query).fetchone()
+                held = 0 if row is None else int(row[0])
+                time.sleep(0.1)
+        time.sleep(0.5)  # let the buffer settle
+        holding = _rss_kb(proc.pid)
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE kind = 'hold'").format(sql.Identifier(SCHEMA, "jobs"))
+        )
+    rss_before = before.get("VmRSS", 0)
+    peak = holding.get("VmHWM", 0)
+    return {
+        "jobs": count,
+        "held": held,
+        "claim_seconds": round(time.perf_counter() - started, 2),
+        "rss_idle_kb": rss_before,
+        "rss_holding_kb": holding.get("VmRSS", 0),
+        "peak_rss_kb": peak,
+        "bytes_per_held_job": round((peak - rss_before) * 1024 / max(held, 1)),
+    }
+
+
+def serve_hold(url: str, count: int) -> int:
+    """The worker process of the memory phase: one slot blocked, ``count`` jobs prefetched;
+    stops when a line arrives on stdin."""
+    release = threading.Event()
+    with _connect(url) as client:
+
+        @client.job("hold")
+        def hold(n: int) -> None:
+            release.wait()
+
+        worker = client.worker(concurrency=1, prefetch=count, shutdown_grace=0)
+        thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
+        print("ready", flush=True)
+        thread.start()
+        sys.stdin.readline()
+        worker.stop()
+        release.set()
+        thread.join()
+    return 0
 
 
 def _backlog(url: str) -> int:
@@ -321,15 +505,40 @@ def serve(url: str, keep_finished: float) -> int:
     """The worker process of the sustained and churn phases: runs until SIGTERM."""
     with _connect(url) as client:
         _register(client)
-        worker = client.worker(
-            concurrency=4, prefetch=500, keep_finished=keep_finished, poll_interval=0.5
-        )
+        worker = client.worker(keep_finished=keep_finished)  # the defaults a user gets
         print("ready", flush=True)
         worker.run()
     return 0
 
 
 # -- the run ----------------------------------------------------------------------------------
+
+
+BURN_DOWNS: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    # (result key, label, flavour, worker options): defaults first, they are the goal
+    ("burn_down", "burn-down, def jobs, worker defaults", "sync", {}),
+    ("burn_down_async", "burn-down, async def jobs, worker defaults", "async", {}),
+)
+
+
+def _burn_downs(settings: Settings) -> list[tuple[str, str, str, dict[str, Any]]]:
+    tuned = {"concurrency": 1, "prefetch": settings.claim - 1, "keep_finished": 0}
+    return [
+        *BURN_DOWNS,
+        (
+            "burn_down_tuned",
+            f"burn-down, def jobs, concurrency=1 prefetch={settings.claim - 1} keep_finished=0",
+            "sync",
+            tuned,
+        ),
+    ]
+
+
+def _refill(url: str, settings: Settings) -> None:
+    if _backlog(url) < settings.jobs:
+        with _connect(url) as client:
+            client.enqueue_batch(_prepared(settings.jobs - _backlog(url)))
+    _vacuum(url)
 
 
 def run(url: str | None, settings: Settings) -> dict[str, Any]:
@@ -342,86 +551,120 @@ def run(url: str | None, settings: Settings) -> dict[str, Any]:
         "settings": asdict(settings),
     }
     result["enqueue"] = measure_enqueue(resolved, settings)
+    for key, _, flavour, options in _burn_downs(settings):
+        _refill(resolved, settings)
+        result[key] = measure_burn_down(resolved, settings, flavour=flavour, **options)
     _vacuum(resolved)
-    result["burn_down"] = measure_burn_down(resolved, settings, keep=True)
-    with _connect(resolved) as client:
-        _register(client)
-        client.enqueue_batch(_prepared(settings.jobs))
-    _vacuum(resolved)
-    result["burn_down_deleted"] = measure_burn_down(resolved, settings, keep=False)
-    with _connect(resolved) as client:
-        _register(client)
-        client.enqueue_batch(_prepared(settings.jobs))
-    _vacuum(resolved)
+    result["minimal_reference"] = measure_minimal_reference(resolved, settings)
+    _refill(resolved, settings)
     result["reference"] = measure_reference(resolved, settings)
     _vacuum(resolved)
     result["sustained"] = measure_sustained(resolved, settings)
+    if settings.hold_jobs > 0:
+        _vacuum(resolved)
+        result["memory"] = measure_memory(resolved, settings)
     if settings.churn_seconds > 0:
         _vacuum(resolved)
         result["churn"] = measure_churn(resolved, settings)
-    result["targets"] = _targets(result)
+    result["targets"] = _targets(result, settings)
     return result
 
 
-def _targets(result: dict[str, Any]) -> dict[str, Any]:
-    burn = max(result["burn_down"]["rate"], result["burn_down_deleted"]["rate"])
-    return {
-        "enqueue_jobs_per_s": (result["enqueue"]["rate"], TARGET_ENQUEUE),
-        "burn_down_jobs_per_s": (result["burn_down"]["rate"], TARGET_BURN_DOWN),
-        "burn_down_vs_reference": (
-            round(burn / max(result["reference"]["rate"], 1), 2),
+def _targets(result: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    minimal = max(result["minimal_reference"]["rate"], 1)
+    targets: dict[str, Any] = {
+        "enqueue_vs_insert_select": (
+            round(
+                result["enqueue"]["rate"] / max(result["enqueue"]["server_insert_floor_rate"], 1), 2
+            ),
             TARGET_REFERENCE_RATIO,
         ),
-        "p99_ms": (result["sustained"]["p99_ms"], TARGET_P99_MS),
     }
+    for key, *_ in _burn_downs(settings):
+        targets[f"{key}_vs_minimal"] = (
+            round(result[key]["rate"] / minimal, 2),
+            TARGET_REFERENCE_RATIO,
+        )
+    targets["p99_ms"] = (result["sustained"]["p99_ms"], TARGET_P99_MS)
+    return targets
 
 
 def format_report(result: dict[str, Any]) -> str:
     server, machine, s = result["server"], result["machine"], result["settings"]
+    minimal = max(result["minimal_reference"]["rate"], 1)
     lines = [
         f"postroom queue benchmark, {result['date']}",
-        _common.server_line(server, machine),
+        _common.server_line(server, machine)
+        + f", load average {machine.get('loadavg_1m_at_start')}",
         "",
-        f"{'phase':<58} {'jobs':>7} {'seconds':>8} {'jobs/s':>9}",
+        f"{'phase':<66} {'jobs':>7} {'seconds':>8} {'jobs/s':>9} {'ratio':>6}",
     ]
-    rows = [
-        (f"enqueue_batch of {s['jobs']} no-op jobs (1 transaction)", "enqueue"),
-        (f"burn-down, 1 worker, claims of {s['claim']}, finished jobs kept", "burn_down"),
-        ("burn-down, same, keep_finished=0 (deleted at completion)", "burn_down_deleted"),
-        (f"pure-SQL reference: claim {s['reference_batch']} SKIP LOCKED + DELETE", "reference"),
-    ]
-    for label, name in rows:
-        f = result[name]
-        cpu = f" (worker CPU {f['worker_cpu_seconds']:.2f} s)" if "worker_cpu_seconds" in f else ""
-        lines.append(f"{label:<58} {f['jobs']:>7} {f['seconds']:>8.3f} {f['rate']:>9,}{cpu}")
-    lines.append(
-        f"{'  floor: INSERT ... SELECT generate_series on the server':<58} {s['jobs']:>7} "
-        f"{'':>8} {result['enqueue']['server_insert_floor_rate']:>9,}"
+
+    def row(label: str, f: dict[str, Any], extra: str = "") -> None:
+        ratio = f["rate"] / minimal
+        lines.append(
+            f"{label:<66} {f['jobs']:>7} {f['seconds']:>8.3f} {f['rate']:>9,} {ratio:>6.2f}{extra}"
+        )
+
+    row(
+        f"minimal reference: 2-column table, claim {s['reference_batch']} SKIP LOCKED + DELETE",
+        result["minimal_reference"],
     )
+    row(
+        f"jobs-table reference: claim {s['reference_batch']} SKIP LOCKED + DELETE",
+        result["reference"],
+    )
+    for key, label, *_ in _burn_downs(s_obj(s)):
+        f = result[key]
+        row(label, f, f"  (worker CPU {f['worker_cpu_us_per_job']:.1f} us/job)")
+    lines.append("  ratio: jobs/s / minimal reference jobs/s, same run")
+    enq = result["enqueue"]
+    lines += [
+        "",
+        f"enqueue_batch of {s['jobs']} no-op jobs (1 transaction): {enq['rate']:,} jobs/s; "
+        f"server-side INSERT ... SELECT into jobs: {enq['server_insert_floor_rate']:,} rows/s "
+        f"(ratio {enq['rate'] / max(enq['server_insert_floor_rate'], 1):.2f})",
+    ]
     sus = result["sustained"]
     lines += [
         "",
         f"sustained: {sus['jobs']} jobs at {sus['rate']} jobs/s, one enqueue per transaction, "
-        "worker in another process",
+        "worker (defaults) in another process",
         f"  enqueue-to-start latency: p50 {sus['p50_ms']} ms, p99 {sus['p99_ms']} ms, "
         f"max {sus['max_ms']} ms",
         f"  of which the enqueue() call itself (insert + commit): p50 "
         f"{sus['enqueue_call_p50_ms']} ms, p99 {sus['enqueue_call_p99_ms']} ms",
     ]
+    if "memory" in result:
+        m = result["memory"]
+        lines += [
+            "",
+            f"memory: worker holding {m['held'] - 1:,} claimed-but-not-started jobs (+1 running):"
+            f" peak RSS {m['peak_rss_kb'] / 1024:.1f} MiB (idle {m['rss_idle_kb'] / 1024:.1f} MiB,"
+            f" {m['bytes_per_held_job']:,} bytes per held job)",
+        ]
     if "churn" in result:
         c = result["churn"]
+        rss = c["worker_rss_kb"]
         lines += [
             "",
             f"churn: {c['enqueued']} jobs in {c['seconds']:g} s ({c['rate']:,} jobs/s): "
             f"jobs table max dead tuples {c['max_dead']:,}, max size "
             f"{c['max_bytes'] / 1e6:.1f} MB; at the end {c['final_dead']:,} dead, "
             f"{c['final_bytes'] / 1e6:.1f} MB",
+            "  worker RSS (MiB) per sample: "
+            + " ".join(f"{r / 1024:.0f}" for r in rss)
+            + f"; growth {'bounded' if c['bounded'] else 'UNBOUNDED'}",
         ]
     lines += ["", "targets:"]
     for name, (value, target) in result["targets"].items():
         met = value <= target if name == "p99_ms" else value >= target
-        lines.append(f"  {name:<24} {value:>10,} (target {target:,}) {'met' if met else 'MISSED'}")
+        lines.append(f"  {name:<32} {value:>10,} (target {target:,}) {'met' if met else 'MISSED'}")
     return "\n".join(lines)
+
+
+def s_obj(settings: dict[str, Any]) -> Settings:
+    return Settings(**settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,18 +682,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--churn-seconds", type=float, default=0.0, help="also run a churn soak this long"
     )
+    parser.add_argument(
+        "--hold-jobs",
+        type=int,
+        default=defaults.hold_jobs,
+        help="memory phase: claimed-but-not-started jobs a worker holds (0: skip)",
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    parser.add_argument("--serve-hold", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--keep-finished", type=float, default=86400.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         return serve(resolve_url(args.url), args.keep_finished)
+    if args.serve_hold:
+        return serve_hold(resolve_url(args.url), args.serve_hold)
     settings = Settings(
         jobs=2_000 if args.quick else args.jobs,
         claim=args.claim,
         rate=args.rate,
         seconds=1.0 if args.quick else args.seconds,
         churn_seconds=args.churn_seconds,
+        hold_jobs=2_000 if args.quick else args.hold_jobs,
     )
     return _common.report(run(args.url, settings), args.json, format_report)
 

@@ -245,8 +245,12 @@ def worker(
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", help="Jobs at once.")] = 10,
     prefetch: Annotated[
-        int, typer.Option("--prefetch", help="Jobs claimed ahead of free slots.")
-    ] = 0,
+        int | None,
+        typer.Option(
+            "--prefetch",
+            help="Jobs claimed ahead of free slots. Default: sized from the jobs' run time.",
+        ),
+    ] = None,
     lease: Annotated[float, typer.Option("--lease", help="Lease seconds per claim.")] = 30.0,
     grace: Annotated[
         float, typer.Option("--shutdown-grace", help="Seconds running jobs get on SIGTERM.")

@@ -26,14 +26,22 @@ from .outcomes import Claimed, HeldJobs
 
 log = logging.getLogger("postroom.worker")
 
+AUTO_PREFETCH_MAX = 1000
+"""The most jobs an automatic prefetch claims ahead of the worker's slots."""
+AUTO_PREFETCH_WINDOW = 0.05
+"""An automatic prefetch holds about as many jobs as the slots run in this many seconds."""
+
 
 class Fetcher:
     """Claims while slots run: the next claim overlaps the work on the current batch.
 
     ``prefetch`` jobs are claimed ahead of idle slots; a claim happens when the buffer is at or
     below half of ``prefetch`` (empty without prefetch) and a slot is idle or there is room
-    ahead; on a wake-up (notification, a full batch last time) at once, otherwise every
-    ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
+    ahead. ``prefetch=None`` sizes it from the jobs' measured run time (``job_ran``): as many
+    jobs as the slots run in ``AUTO_PREFETCH_WINDOW`` seconds, at most ``AUTO_PREFETCH_MAX``,
+    none until the first jobs ran (so a worker of long jobs claims no more than its slots).
+    A claim happens on a wake-up (notification, a full batch last time) at once, otherwise
+    every ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
     nothing, no slot is busy and every outcome is written back."""
 
     def __init__(
@@ -44,7 +52,7 @@ class Fetcher:
         queues: list[str],
         lease: float,
         concurrency: int,
-        prefetch: int,
+        prefetch: int | None,
         poll_interval: float,
         held: HeldJobs,
         on_drained: Callable[[], None] | None = None,
@@ -54,7 +62,9 @@ class Fetcher:
         self._queues = queues
         self._lease = timedelta(seconds=lease)
         self._concurrency = concurrency
-        self._prefetch = prefetch
+        self._auto = prefetch is None
+        self._prefetch = 0 if prefetch is None else prefetch
+        self._run_time: float | None = None  # moving average of a job's run time, seconds
         self._poll_interval = poll_interval
         self._held = held
         self._on_drained = on_drained
@@ -91,6 +101,20 @@ class Fetcher:
             self._fetch_cond.notify()
         return unstarted
 
+    def job_ran(self, seconds: float) -> None:
+        """A slot ran a job in ``seconds``: updates what an automatic prefetch claims ahead
+        (no lock: one float, read by the fetch loop)."""
+        if self._auto:
+            average = self._run_time
+            self._run_time = seconds if average is None else 0.8 * average + 0.2 * seconds
+
+    def _auto_prefetch(self) -> int:
+        average = self._run_time
+        if average is None:
+            return 0
+        wanted = self._concurrency * AUTO_PREFETCH_WINDOW / max(average, 1e-6)
+        return min(AUTO_PREFETCH_MAX, int(wanted))
+
     def next_job(self) -> Claimed | None:
         """The next claimed job for a slot; None once the worker stops claiming."""
         with self._cond:
@@ -101,7 +125,7 @@ class Fetcher:
                 while self._claiming:
                     while self._buffer:
                         job = self._buffer.popleft()
-                        if len(self._buffer) == self._prefetch // 2:
+                        if len(self._buffer) <= self._prefetch // 2:
                             self._fetch_cond.notify()  # low water: claim the next batch now
                         if job.interrupt_kind != "lost":
                             return job
@@ -117,6 +141,8 @@ class Fetcher:
                 while True:
                     if not self._claiming:
                         return
+                    if self._auto:
+                        self._prefetch = self._auto_prefetch()
                     room = self._idle + self._prefetch - len(self._buffer)
                     # Back-pressure: finished jobs still hold their lease until written back;
                     # if the write-back falls behind, stop claiming rather than pile up leases.

@@ -45,7 +45,7 @@ from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from . import joblog
 from .completer_async import AsyncCompleter
-from .fetcher_async import AsyncFetcher
+from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher
 from .heartbeat_async import AsyncHeartbeat
 from .jobs_async import AsyncJobs
 from .listener_async import AsyncListener
@@ -71,10 +71,13 @@ class AsyncWorker:
     skips the grace period.
 
     Parameters: ``concurrency`` jobs run at once; ``prefetch`` more are claimed ahead (faster
-    for many short jobs; they hold a lease meanwhile). A claimed job holds a lease of
-    ``lease`` seconds, extended every ``heartbeat`` seconds (default lease/3); any worker
-    returns jobs whose lease expired every ``rescue_interval`` seconds. ``listen=False`` polls
-    only (for PgBouncer in transaction mode; also turns off prepared statements).
+    for many short jobs; they hold a lease meanwhile). The default, ``None``, sizes it as the
+    worker runs: as many jobs as the slots run in about 50 ms (at most 1,000), so short jobs
+    run from big claims and long ones are not held back from other workers. A claimed job
+    holds a lease of ``lease`` seconds, extended every ``heartbeat`` seconds (default
+    lease/3); any worker returns jobs whose lease expired every ``rescue_interval`` seconds.
+    ``listen=False`` polls only (for PgBouncer in transaction mode; also turns off prepared
+    statements).
     ``keep_finished`` is how long done and cancelled jobs (and their results) are kept in
     ``finished_jobs``; 0 deletes them at completion, which is fastest but leaves nothing for
     ``job.result()``. Every ``vacuum_interval`` seconds a worker vacuums the queue tables if
@@ -91,7 +94,7 @@ class AsyncWorker:
         queues: list[str] | None = None,
         *,
         concurrency: int = 10,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         lease: float | timedelta = 30.0,
         heartbeat: float | timedelta | None = None,
         rescue_interval: float | timedelta | None = None,
@@ -116,8 +119,12 @@ class AsyncWorker:
             queues = sorted(registered)
         self.queues = check_queues(queues)
         for what, value in (("concurrency", concurrency), ("prefetch", prefetch)):
+            if what == "prefetch" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgument(f"invalid {what} {value!r}: an integer >= 0")
+                raise InvalidArgument(
+                    f"invalid {what} {value!r}: an integer >= 0 (prefetch: or None)"
+                )
         if concurrency < 1:
             raise InvalidArgument(f"invalid concurrency {concurrency!r}: an integer >= 1")
         self.concurrency = concurrency
@@ -157,7 +164,8 @@ class AsyncWorker:
             d.max_concurrency is not None or d.rate_limit is not None
             for d in jobs.definitions.values()
         )
-        self._held = HeldJobs(2 * (concurrency + prefetch))
+        ahead = AUTO_PREFETCH_MAX if prefetch is None else prefetch
+        self._held = HeldJobs(2 * (concurrency + ahead))
         self._stopping = AEvent()
         self._fetcher: AsyncFetcher | None = None
         self._completer: AsyncCompleter | None = None
@@ -385,15 +393,19 @@ class AsyncWorker:
         assert self._fetcher is not None and self._completer is not None
         assert self._runner is not None
         execute = self._runner.execute
+        fetcher = self._fetcher
+        clock = time.monotonic
         while True:
-            job = await self._fetcher.next_job()
+            job = await fetcher.next_job()
             if job is None:
                 return
-            if not joblog.enabled():
-                await self._completer.report(await execute(job))
-                continue
-            joblog.started(job)
-            started = time.monotonic()
+            logged = joblog.enabled()
+            if logged:
+                joblog.started(job)
+            started = clock()
             outcome = await execute(job)
+            ran = clock() - started
+            fetcher.job_ran(ran)
             await self._completer.report(outcome)
-            joblog.finished(outcome, time.monotonic() - started)
+            if logged:
+                joblog.finished(outcome, ran)

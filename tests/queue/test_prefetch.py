@@ -1,0 +1,70 @@
+"""The automatic prefetch (``prefetch=None``, the default): a worker claims ahead as many jobs
+as its slots run in about 50 ms, measured as it runs; none before its first jobs ran and none
+for long jobs, so a worker of long jobs holds no more leases than it has slots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import postroom
+from postroom.errors import InvalidArgument
+from postroom.queue.fetcher import AUTO_PREFETCH_MAX, Fetcher
+from postroom.queue.outcomes import HeldJobs
+
+
+def fetcher(prefetch: int | None, concurrency: int = 10) -> Fetcher:
+    db: Any = None  # the sizing does no I/O
+    return Fetcher(
+        db,
+        worker="w",
+        queues=["default"],
+        lease=30.0,
+        concurrency=concurrency,
+        prefetch=prefetch,
+        poll_interval=1.0,
+        held=HeldJobs(100),
+    )
+
+
+def settle(unit: Fetcher, seconds: float) -> None:
+    for _ in range(50):
+        unit.job_ran(seconds)
+
+
+def test_auto_prefetch_starts_at_zero() -> None:
+    assert fetcher(None)._auto_prefetch() == 0
+
+
+def test_auto_prefetch_is_capped_for_tiny_jobs() -> None:
+    unit = fetcher(None)
+    settle(unit, 0.00001)
+    assert unit._auto_prefetch() == AUTO_PREFETCH_MAX
+
+
+def test_auto_prefetch_follows_the_run_time() -> None:
+    unit = fetcher(None, concurrency=10)
+    settle(unit, 0.010)  # 10 slots x 50 ms / 10 ms
+    assert unit._auto_prefetch() == pytest.approx(50, abs=1)
+    settle(unit, 1.0)  # long jobs: nothing claimed ahead
+    assert unit._auto_prefetch() == 0
+
+
+def test_explicit_prefetch_is_kept() -> None:
+    unit = fetcher(7)
+    settle(unit, 0.00001)
+    assert unit._prefetch == 7
+    assert unit._auto == False  # noqa: E712
+
+
+def test_prefetch_none_is_the_default_and_a_negative_one_is_refused(
+    any_client: postroom.Client,
+) -> None:
+    @any_client.job("noop")
+    def noop() -> None:
+        pass
+
+    assert any_client.worker()._prefetch is None
+    with pytest.raises(InvalidArgument, match="prefetch"):
+        any_client.worker(prefetch=-1)
