@@ -53,7 +53,7 @@ def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
         assert result[phase]["jobs"] == 300, phase
         assert result[phase]["rate"] > 0, phase
         assert result[phase]["worker_cpu_us_per_job"] > 0, phase
-    for phase in ("minimal_reference", "reference"):
+    for phase in ("minimal_reference", "minimal_reference_async_commit", "reference"):
         assert result[phase]["jobs"] == 300, phase
         assert result[phase]["rate"] > 0, phase
     sustained = result["sustained"]
