@@ -65,11 +65,13 @@ FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::i
 ORDER BY priority, run_at, id;
 
 -- Write-backs take parallel arrays (ids, attempts, ...) and find their rows by primary key
--- alone (id = ANY), reading each row's own entries with array_position: no join, so no plan
--- can rescan the running jobs for every id (a join on unnest() once got a nested loop over the
--- running index, quadratic: it stalled a worker for minutes with 80,000 jobs running). The
--- fence is `lease_expires_at IS NOT NULL` (the same as state = 'running', by the table's
--- CHECK, but not a condition the running index could serve), worker and attempt.
+-- alone (id = ANY), reading each row's own entries with array_position (the completions, the
+-- hot path: through a jsonb id -> position map built once per statement, migration 0010, as
+-- array_position is a linear search per row): no join, so no plan can rescan the running jobs
+-- for every id (a join on unnest() once got a nested loop over the running index, quadratic:
+-- it stalled a worker for minutes with 80,000 jobs running). The fence is
+-- `lease_expires_at IS NOT NULL` (the same as state = 'running', by the table's CHECK, but not
+-- a condition the running index could serve), worker and attempt.
 
 -- name: complete_jobs_archived
 -- Finishes successful jobs: deletes them from the hot table and inserts them into finished_jobs

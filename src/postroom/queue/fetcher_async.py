@@ -37,7 +37,7 @@ class AsyncFetcher:
     below half of ``prefetch`` (empty without prefetch) and a slot is idle or there is room
     ahead. ``prefetch=None`` sizes it from the jobs' measured run time (``job_ran``): as many
     jobs as the slots run in ``AUTO_PREFETCH_WINDOW`` seconds, at most ``AUTO_PREFETCH_MAX``,
-    none until the first jobs ran (so a worker of long jobs claims no more than its slots).
+    none until the first jobs ran: a claimed-ahead job waits ~50 ms at most for a slot.
     A claim happens on a wake-up (notification, a full batch last time) at once, otherwise
     every ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
     nothing, no slot is busy and every outcome is written back."""
