@@ -4,6 +4,7 @@ for long jobs, so a worker of long jobs holds no more leases than it has slots."
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -68,3 +69,26 @@ def test_prefetch_none_is_the_default_and_a_negative_one_is_refused(
     assert any_client.worker()._prefetch is None
     with pytest.raises(InvalidArgument, match="prefetch"):
         any_client.worker(prefetch=-1)
+
+
+def test_async_default_worker_runs_a_backlog_in_order_and_writes_every_outcome(dsn: str) -> None:
+    """The async worker's lock-free paths (a slot takes a job above the buffer's low-water
+    mark, an outcome is queued while the completer writes) lose and repeat nothing."""
+
+    async def main() -> None:
+        async with await postroom.connect_async(dsn) as client:
+            seen: list[int] = []
+
+            @client.job("collect")
+            async def collect(n: int) -> None:
+                seen.append(n)
+
+            await client.enqueue_batch(collect.prepare(n=n) for n in range(2_000))
+            worker = client.worker(concurrency=1)
+            await worker.run(burst=True, handle_signals=False)
+            assert seen == list(range(2_000))  # one slot: claim order, each job once
+            assert worker.processed == 2_000
+            stats = await client.job_stats()
+            assert [(c.state, c.count) for c in stats.counts] == [("done", 2_000)]
+
+    asyncio.run(main())

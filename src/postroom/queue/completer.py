@@ -59,6 +59,7 @@ class Completer:
         self._cond = Condition()
         self._outcomes: list[Outcome] = []
         self._closing = False
+        self._waiting = False  # run() waits for outcomes (asyncio: report() must notify)
         self.processed = 0
         """Jobs whose outcome was written (any outcome)."""
 
@@ -81,7 +82,11 @@ class Completer:
                 while not self._outcomes:
                     if self._closing:
                         return
-                    self._cond.wait_timeout(0.5)
+                    self._waiting = True
+                    try:
+                        self._cond.wait_timeout(0.5)
+                    finally:
+                        self._waiting = False
                 batch, self._outcomes = self._outcomes, []
             self.write(batch)
             if self._limited:

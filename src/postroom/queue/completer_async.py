@@ -57,12 +57,19 @@ class AsyncCompleter:
         self._cond = ACondition()
         self._outcomes: list[Outcome] = []
         self._closing = False
+        self._waiting = False  # run() waits for outcomes (asyncio: report() must notify)
         self.processed = 0
         """Jobs whose outcome was written (any outcome)."""
 
     async def report(self, outcome: Outcome) -> None:
         """Queue an outcome for the next write."""
         outcome.job.reported = True
+        if True:  # ASYNC
+            if not self._waiting:
+                # One thread runs every task: a completer that is not waiting looks at the
+                # outcomes again before it waits, so no lock and no notification are needed.
+                self._outcomes.append(outcome)
+                return
         async with self._cond:
             self._outcomes.append(outcome)
             self._cond.notify()
@@ -79,7 +86,11 @@ class AsyncCompleter:
                 while not self._outcomes:
                     if self._closing:
                         return
-                    await self._cond.wait_timeout(0.5)
+                    self._waiting = True
+                    try:
+                        await self._cond.wait_timeout(0.5)
+                    finally:
+                        self._waiting = False
                 batch, self._outcomes = self._outcomes, []
             await self.write(batch)
             if self._limited:

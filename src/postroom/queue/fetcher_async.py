@@ -115,6 +115,14 @@ class AsyncFetcher:
 
     async def next_job(self) -> Claimed | None:
         """The next claimed job for a slot; None once the worker stops claiming."""
+        if True:  # ASYNC
+            # One thread runs every task, and nothing awaits between the check and the pop:
+            # a job above the low-water mark is taken without the lock (nothing to notify).
+            buffer = self._buffer
+            while self._claiming and len(buffer) > self._prefetch // 2 + 1:
+                job = buffer.popleft()
+                if job.interrupt_kind != "lost":
+                    return job
         async with self._cond:
             self._idle += 1
             if not self._buffer:
