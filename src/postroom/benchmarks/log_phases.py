@@ -52,17 +52,36 @@ def backlog(client: postroom.Client, topic: str) -> int:
     return client.describe_topic(topic).high_water
 
 
-def measure_copy(url: str, values: list[bytes], partitions: int) -> float:
-    """Seconds to binary-COPY ``values`` as log rows into a plain table, commit included."""
-    table = sql.Identifier(SCHEMA, "raw_copy")
-    rows = [(1, i % partitions, i // partitions, v) for i, v in enumerate(values)]
+def measure_copy(
+    url: str, values: list[bytes], partitions: int, batch_size: int, *, primary_key: bool
+) -> float:
+    """Seconds to binary-COPY ``values`` as log rows into a scratch table, commit included: one
+    COPY, one commit, what the server can ingest at best.
+
+    The table has the column types of ``messages``; with ``primary_key`` also its primary key
+    (topic_id, partition, offset), the reference the producer is measured against, and the rows
+    come in the producer's order (``batch_size`` consecutive offsets of one partition, then the
+    next partition). Without it (no index at all) rows go round-robin: a secondary figure."""
+    table = sql.Identifier(SCHEMA, "raw_copy_pk" if primary_key else "raw_copy")
+    if primary_key:
+        rows = []
+        next_offsets = [0] * partitions
+        for start in range(0, len(values), batch_size):
+            partition = (start // batch_size) % partitions
+            first = next_offsets[partition]
+            chunk = values[start : start + batch_size]
+            rows += [(1, partition, first + i, v) for i, v in enumerate(chunk)]
+            next_offsets[partition] += len(chunk)
+    else:
+        rows = [(1, i % partitions, i // partitions, v) for i, v in enumerate(values)]
+    key = sql.SQL(', PRIMARY KEY (topic_id, partition, "offset")' if primary_key else "")
     with psycopg.connect(url) as conn:
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {} (topic_id integer NOT NULL, partition integer NOT NULL, "
                 '"offset" bigint NOT NULL, key bytea, value bytea NOT NULL, headers jsonb, '
-                "created_at timestamptz NOT NULL DEFAULT now())"
-            ).format(table)
+                "created_at timestamptz NOT NULL DEFAULT now(){})"
+            ).format(table, key)
         )
         conn.commit()
         started = time.perf_counter()
@@ -78,6 +97,40 @@ def measure_copy(url: str, values: list[bytes], partitions: int) -> float:
         conn.execute(sql.SQL("DROP TABLE {}").format(table))
         conn.commit()
     return elapsed
+
+
+def measure_range_read(url: str, topic: str, max_messages: int) -> tuple[float, int]:
+    """Seconds for a raw binary range read of every message of ``topic``: per partition, the
+    primary-key range ``offset >= n ORDER BY offset LIMIT max_messages``, every column the
+    consumer reads, rows fetched as tuples; no cursors, no commits (the consume reference)."""
+    messages = sql.Identifier(SCHEMA, "messages")
+    query = sql.SQL(
+        'SELECT "offset", key, value, headers, created_at FROM {} '
+        'WHERE topic_id = %s AND partition = %s AND "offset" >= %s ORDER BY "offset" LIMIT %s'
+    ).format(messages)
+    received = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT id, partitions FROM {} WHERE name = %s").format(
+                sql.Identifier(SCHEMA, "topics")
+            ),
+            (topic,),
+        ).fetchone()
+        assert row is not None
+        topic_id, partitions = row
+        cur = conn.cursor(binary=True)
+        started = time.perf_counter()
+        for partition in range(partitions):
+            position = 0
+            while True:
+                cur.execute(query, (topic_id, partition, position, max_messages), prepare=True)
+                rows = cur.fetchall()
+                if not rows:
+                    break
+                received += len(rows)
+                position = rows[-1][0] + 1
+        elapsed = time.perf_counter() - started
+    return elapsed, received
 
 
 def measure_producer(
