@@ -19,7 +19,13 @@ from .log.consumer import Consumer
 from .log.deadletters import DeadLetters
 from .log.membership import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata import TopicCache
-from .log.producer import Appender, Producer
+from .log.producer import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_BUFFER_MESSAGES,
+    DEFAULT_BUFFER_TIMEOUT,
+    Appender,
+    Producer,
+)
 from .log.records import (
     GroupInfo,
     HeaderValue,
@@ -234,15 +240,23 @@ class Client(QueueFacade):
         linger_ms: float = 5,
         batch_size: int = 10000,
         backlog_timeout: float | None = None,
+        buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        buffer_timeout: float | None = DEFAULT_BUFFER_TIMEOUT,
     ) -> Producer:
         """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``.
         ``backlog_timeout``: how long a batch refused by ``max_lag`` is retried before its
-        futures fail with :class:`BacklogFull` (default: not retried)."""
+        futures fail with :class:`BacklogFull` (default: not retried). ``buffer_messages``,
+        ``buffer_bytes`` bound the sends not yet written: a ``send`` into a full buffer
+        waits, up to ``buffer_timeout`` seconds, then raises :class:`BufferFull`."""
         return Producer(
             self._appender,
             linger_ms=linger_ms,
             batch_size=batch_size,
             backlog_timeout=backlog_timeout,
+            buffer_messages=buffer_messages,
+            buffer_bytes=buffer_bytes,
+            buffer_timeout=buffer_timeout,
         )
 
     # -- consuming --------------------------------------------------------------------------

@@ -17,7 +17,13 @@ from .log.consumer_async import AsyncConsumer
 from .log.deadletters_async import AsyncDeadLetters
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata_async import AsyncTopicCache
-from .log.producer_async import AsyncAppender, AsyncProducer
+from .log.producer_async import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_BUFFER_MESSAGES,
+    DEFAULT_BUFFER_TIMEOUT,
+    AsyncAppender,
+    AsyncProducer,
+)
 from .log.records import (
     GroupInfo,
     HeaderValue,
@@ -234,15 +240,23 @@ class AsyncClient(AsyncQueueFacade):
         linger_ms: float = 5,
         batch_size: int = 10000,
         backlog_timeout: float | None = None,
+        buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        buffer_timeout: float | None = DEFAULT_BUFFER_TIMEOUT,
     ) -> AsyncProducer:
         """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``.
         ``backlog_timeout``: how long a batch refused by ``max_lag`` is retried before its
-        futures fail with :class:`BacklogFull` (default: not retried)."""
+        futures fail with :class:`BacklogFull` (default: not retried). ``buffer_messages``,
+        ``buffer_bytes`` bound the sends not yet written: a ``send`` into a full buffer
+        waits, up to ``buffer_timeout`` seconds, then raises :class:`BufferFull`."""
         return AsyncProducer(
             self._appender,
             linger_ms=linger_ms,
             batch_size=batch_size,
             backlog_timeout=backlog_timeout,
+            buffer_messages=buffer_messages,
+            buffer_bytes=buffer_bytes,
+            buffer_timeout=buffer_timeout,
         )
 
     # -- consuming --------------------------------------------------------------------------
