@@ -14,7 +14,12 @@ from postroom.benchmarks import queue as queue_bench
 
 def test_quick_log_benchmark_reports_every_figure(dsn: str) -> None:
     settings = log_bench.Settings(
-        messages=2_000, groups=2, latency_seconds=0.5, latency_rate=200, poll_max_messages=500
+        messages=2_000,
+        groups=2,
+        latency_seconds=0.5,
+        latency_rate=200,
+        poll_max_messages=500,
+        memory_messages=3_000,
     )
     result = log_bench.run(dsn, settings)
 
@@ -36,6 +41,10 @@ def test_quick_log_benchmark_reports_every_figure(dsn: str) -> None:
     latency = result["latency"]
     assert latency["received"] == latency["sent"] == 100
     assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    for mode in ("defaults", "all_pending"):
+        memory = result["memory"][mode]
+        assert memory["messages"] == 3_000
+        assert memory["peak_rss_mb"] >= memory["baseline_rss_mb"] > 0
     assert set(result["targets"]) == {
         "produce_vs_copy_pk",
         "consume_vs_read",
@@ -72,7 +81,12 @@ def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
 
 def test_the_log_report_names_every_phase(dsn: str) -> None:
     settings = log_bench.Settings(
-        messages=500, groups=1, latency_seconds=0.2, latency_rate=100, poll_max_messages=500
+        messages=500,
+        groups=1,
+        latency_seconds=0.2,
+        latency_rate=100,
+        poll_max_messages=500,
+        memory_messages=500,
     )
     report = log_bench.format_report(log_bench.run(dsn, settings))
     lines = (
@@ -80,6 +94,7 @@ def test_the_log_report_names_every_phase(dsn: str) -> None:
         "raw binary range read (consume reference)",
         "publish_batch(10000)",
         "end-to-end latency",
+        "memory, 500 sends, defaults (bounded buffer): peak RSS",
     )
     for line in lines:
         assert line in report

@@ -27,6 +27,7 @@ from .log.producer import (
     Producer,
 )
 from .log.records import (
+    MAX_VALUE_BYTES,
     GroupInfo,
     HeaderValue,
     Message,
@@ -35,6 +36,7 @@ from .log.records import (
     TopicPartition,
     Value,
     batch_record,
+    check_name,
     make_record,
 )
 from .log.runner import Runner
@@ -231,7 +233,16 @@ class Client(QueueFacade):
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
         ``publish`` (admission control)."""
-        records = [batch_record(topic, item) for item in messages]
+        items = messages if isinstance(messages, list) else list(messages)
+        if (
+            items
+            and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)
+            and check_name("topic", topic)
+        ):
+            # The common case, plain values: written by the lean path, no record per item.
+            partition, first = self._appender.append_values(topic, items, conn, timeout)
+            return [Published(partition, offset) for offset in range(first, first + len(items))]
+        records = [batch_record(topic, item) for item in items]
         return self._appender.append(records, conn, timeout)
 
     def producer(

@@ -14,7 +14,10 @@ One run measures, in order and on one server:
 6. **N groups at once**, one process each (processes, not threads: the GIL would serialize
    their Python work and measure the interpreter rather than the database);
 7. **end-to-end latency**: a producer paced at a steady rate, with the send time in the value,
-   and a consumer in another process polling; latency = receive time - send time.
+   and a consumer in another process polling; latency = receive time - send time;
+8. **memory**: the peak RSS of a producer process making ``memory_messages`` sends (1,000,000)
+   as fast as it can with its defaults (its bounded buffer holds the memory), and of one holding
+   them all pending (writer blocked, buffer limits lifted): what a pending send costs.
 
 Every throughput is printed as messages/s and as a ratio to its reference of the same run (the
 produce phases to the COPY with the primary key, the consume phases to the raw range read).
@@ -37,6 +40,7 @@ from . import _common
 from ._common import percentile, rate
 from .log_phases import (
     LATENCY_TOPIC,
+    MEMORY_TOPIC,
     SCHEMA,
     TOPIC,
     Settings,
@@ -44,6 +48,7 @@ from .log_phases import (
     measure_copy,
     measure_groups,
     measure_latency,
+    measure_memory,
     measure_one_group,
     measure_producer,
     measure_publish_batch,
@@ -79,6 +84,7 @@ def run(url: str | None = None, settings: Settings | None = None) -> dict[str, A
             client.migrate()
             client.create_topic(TOPIC, partitions=settings.partitions)
             client.create_topic(LATENCY_TOPIC, partitions=settings.partitions)
+            client.create_topic(MEMORY_TOPIC, partitions=settings.partitions)
 
             pk_seconds = measure_copy(
                 url, values, settings.partitions, settings.batch_size, primary_key=True
@@ -141,6 +147,10 @@ def run(url: str | None = None, settings: Settings | None = None) -> dict[str, A
                 "p50_ms": round(percentile(latencies, 0.50), 3),
                 "p99_ms": round(percentile(latencies, 0.99), 3),
                 "max_ms": round(latencies[-1], 3) if latencies else 0.0,
+            }
+            result["memory"] = {
+                "defaults": measure_memory(url, settings, blocked=False),
+                "all_pending": measure_memory(url, settings, blocked=True),
             }
     finally:
         _common.drop_schema(url, SCHEMA)
@@ -221,6 +231,17 @@ def format_report(result: dict[str, Any]) -> str:
         f"end-to-end latency at {lat['send_rate']:,} msg/s "
         f"(linger {settings['latency_linger_ms']:g} ms), {lat['received']}/{lat['sent']} received:"
         f" p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms",
+    ]
+    for label, name in (
+        ("defaults (bounded buffer)", "defaults"),
+        ("all pending (writer blocked, no limit)", "all_pending"),
+    ):
+        m = result["memory"][name]
+        lines.append(
+            f"memory, {m['messages']:,} sends, {label}: peak RSS {m['peak_rss_mb']:.0f} MiB "
+            f"(baseline {m['baseline_rss_mb']:.0f} MiB, {m['bytes_per_message']} B/message)"
+        )
+    lines += [
         "",
         "targets:",
     ]
@@ -252,7 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-max-messages", type=int, default=defaults.poll_max_messages)
     parser.add_argument("--latency-linger-ms", type=float, default=defaults.latency_linger_ms)
     parser.add_argument(
-        "--quick", action="store_true", help="a small smoke run (5,000 messages, 1 s latency)"
+        "--memory-messages",
+        type=int,
+        default=defaults.memory_messages,
+        help="sends of the memory phase",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small smoke run (5,000 messages, 1 s latency, 20,000 sends for memory)",
     )
     args = parser.parse_args(argv)
     settings = Settings(
@@ -266,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         latency_seconds=1.0 if args.quick else args.seconds,
         latency_rate=args.rate,
         latency_linger_ms=args.latency_linger_ms,
+        memory_messages=20_000 if args.quick else args.memory_messages,
     )
     return _common.report(run(args.url, settings), args.json, format_report)
 

@@ -8,6 +8,7 @@ seconds and counts; the consumer phases run their consumers in processes of thei
 from __future__ import annotations
 
 import multiprocessing
+import resource
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ._common import rate
 SCHEMA = "postroom_bench"
 TOPIC = "bench"
 LATENCY_TOPIC = "latency"
+MEMORY_TOPIC = "memory"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Settings:
     latency_rate: int = 1_000
     latency_linger_ms: float = 0.0
     latency_commit_interval: float = 1.0
+    memory_messages: int = 1_000_000
 
 
 def values_of(count: int, size: int) -> list[bytes]:
@@ -319,3 +322,76 @@ def measure_latency(
         if proc.is_alive():
             proc.kill()
     return sorted(ns / 1e6 for ns in latencies_ns), total, rate(total, sent_seconds)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MiB: ``VmHWM`` of /proc/self/status
+    (``ru_maxrss`` would carry the parent's peak over the fork + exec that spawned it)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _memory_process(url: str, count: int, value_size: int, blocked: bool, results: Any) -> None:
+    """The memory phase's producer, in a fresh process so its peak RSS is its own.
+
+    ``blocked``: the writer is held (another transaction locks the topic's counter rows) and the
+    buffer limits are lifted, so all ``count`` sends are pending at once: what each pending send
+    costs. Otherwise the producer has its defaults and ``count`` sends go as fast as they can:
+    its bounded buffer (``buffer_messages``, ``buffer_bytes``) holds the memory."""
+    pad = b"x" * value_size
+    with postroom.connect(url, schema=SCHEMA, min_size=1, max_size=2) as client:
+        options: dict[str, Any] = {}
+        if blocked:
+            options = {"buffer_messages": count + 1, "buffer_bytes": 1 << 62}
+        blocker = psycopg.connect(url)
+        with client.producer(**options) as producer:
+            producer.send(MEMORY_TOPIC, b"warm-up").result()
+            baseline = _peak_rss_mb()
+            if blocked:
+                blocker.execute(
+                    sql.SQL("SELECT FROM {} FOR UPDATE").format(
+                        sql.Identifier(SCHEMA, "partitions")
+                    )
+                )
+            started = time.perf_counter()
+            send = producer.send
+            for i in range(count):
+                send(MEMORY_TOPIC, (b"%012d" % i + pad)[:value_size])  # distinct objects
+            sent = time.perf_counter() - started
+            peak = _peak_rss_mb()
+            blocker.rollback()
+            blocker.close()
+        results.put(
+            {
+                "messages": count,
+                "send_seconds": round(sent, 3),
+                "baseline_rss_mb": round(baseline, 1),
+                "peak_rss_mb": round(peak, 1),
+                "bytes_per_message": round((peak - baseline) * 1024 * 1024 / max(1, count)),
+            }
+        )
+
+
+def measure_memory(url: str, settings: Settings, *, blocked: bool) -> dict[str, Any]:
+    """Peak RSS of a producer process making ``memory_messages`` sends (see _memory_process)."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(
+        target=_memory_process,
+        args=(url, settings.memory_messages, settings.value_size, blocked, results),
+        daemon=True,
+    )
+    proc.start()
+    try:
+        figures: dict[str, Any] = results.get(timeout=600)
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+    return figures
