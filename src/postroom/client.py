@@ -20,6 +20,7 @@ from .log.deadletters import DeadLetters
 from .log.membership import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata import TopicCache
 from .log.producer import (
+    DEFAULT_BATCH_SIZE,
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_MESSAGES,
     DEFAULT_BUFFER_TIMEOUT,
@@ -249,7 +250,7 @@ class Client(QueueFacade):
         self,
         *,
         linger_ms: float = 5,
-        batch_size: int = 10000,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         backlog_timeout: float | None = None,
         buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,

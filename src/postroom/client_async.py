@@ -18,6 +18,7 @@ from .log.deadletters_async import AsyncDeadLetters
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata_async import AsyncTopicCache
 from .log.producer_async import (
+    DEFAULT_BATCH_SIZE,
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_MESSAGES,
     DEFAULT_BUFFER_TIMEOUT,
@@ -249,7 +250,7 @@ class AsyncClient(AsyncQueueFacade):
         self,
         *,
         linger_ms: float = 5,
-        batch_size: int = 10000,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         backlog_timeout: float | None = None,
         buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,

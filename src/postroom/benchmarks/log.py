@@ -53,6 +53,7 @@ from .log_phases import (
     measure_producer,
     measure_publish_batch,
     measure_range_read,
+    producer_batch_size,
     values_of,
 )
 
@@ -86,12 +87,9 @@ def run(url: str | None = None, settings: Settings | None = None) -> dict[str, A
             client.create_topic(LATENCY_TOPIC, partitions=settings.partitions)
             client.create_topic(MEMORY_TOPIC, partitions=settings.partitions)
 
-            pk_seconds = measure_copy(
-                url, values, settings.partitions, settings.batch_size, primary_key=True
-            )
-            copy_seconds = measure_copy(
-                url, values, settings.partitions, settings.batch_size, primary_key=False
-            )
+            batch = producer_batch_size(settings)
+            pk_seconds = measure_copy(url, values, settings.partitions, batch, primary_key=True)
+            copy_seconds = measure_copy(url, values, settings.partitions, batch, primary_key=False)
             produce_ref = rate(len(values), pk_seconds)
 
             def figure(count: int, seconds: float, reference: float) -> dict[str, float]:
@@ -269,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=defaults.groups)
     parser.add_argument("--producer-threads", type=int, default=defaults.producer_threads)
     parser.add_argument("--linger-ms", type=float, default=defaults.linger_ms)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument(
+        "--batch-size", type=int, default=defaults.batch_size, help="default: the producer's"
+    )
     parser.add_argument("--poll-max-messages", type=int, default=defaults.poll_max_messages)
     parser.add_argument("--latency-linger-ms", type=float, default=defaults.latency_linger_ms)
     parser.add_argument(

@@ -7,6 +7,7 @@ seconds and counts; the consumer phases run their consumers in processes of thei
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import resource
 import threading
@@ -35,7 +36,7 @@ class Settings:
     groups: int = 5
     producer_threads: int = 1
     linger_ms: float = 5.0
-    batch_size: int = 10_000
+    batch_size: int | None = None  # None: the producer's default
     publish_batch_size: int = 10_000
     poll_max_messages: int = 5_000
     latency_seconds: float = 10.0
@@ -43,6 +44,14 @@ class Settings:
     latency_linger_ms: float = 0.0
     latency_commit_interval: float = 1.0
     memory_messages: int = 1_000_000
+
+
+def producer_batch_size(settings: Settings) -> int:
+    """The producer's batch size in the producer phase: the setting, or the default."""
+    if settings.batch_size is not None:
+        return settings.batch_size
+    default: int = inspect.signature(postroom.Client.producer).parameters["batch_size"].default
+    return default
 
 
 def values_of(count: int, size: int) -> list[bytes]:
@@ -144,7 +153,10 @@ def measure_producer(
     before = backlog(client, TOPIC)
     threads = max(1, settings.producer_threads)
     chunks = [values[i::threads] for i in range(threads)]
-    with client.producer(linger_ms=settings.linger_ms, batch_size=settings.batch_size) as producer:
+    options: dict[str, Any] = {"linger_ms": settings.linger_ms}
+    if settings.batch_size is not None:
+        options["batch_size"] = settings.batch_size
+    with client.producer(**options) as producer:
         producer.send(TOPIC, b"warm-up").result()  # starts the writer; not timed
         before += 1
 
