@@ -11,7 +11,15 @@ import psycopg
 import pytest
 
 import postroom
-from postroom.errors import BufferFull, InvalidArgument, InvalidType, ProducerClosed, TopicNotFound
+from postroom.errors import (
+    BufferFull,
+    InvalidArgument,
+    InvalidName,
+    InvalidType,
+    MessageTooLarge,
+    ProducerClosed,
+    TopicNotFound,
+)
 
 
 def test_threads_share_one_producer(any_client: postroom.Client) -> None:
@@ -137,3 +145,49 @@ def test_plain_sends_resolve_to_gapless_positions_in_order(any_client: postroom.
     for offsets in by_partition.values():
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
     assert sum(len(o) for o in by_partition.values()) == 1200
+
+
+def test_a_send_from_a_done_callback_never_waits_for_room(
+    client: postroom.Client, dsn: str
+) -> None:
+    """The writer runs done-callbacks: a send there into a full buffer must not wait for the
+    writer itself (it would wait out buffer_timeout and fail)."""
+    client.create_topic("t")
+    blocker = _block_writes(dsn)
+    producer = client.producer(linger_ms=0, batch_size=1, buffer_messages=1, buffer_timeout=5)
+    first = producer.send("t", b"a")  # in flight, waiting on the lock
+    second = producer.send("t", b"b")  # fills the buffer
+    from_callback: list[Any] = []
+    first.add_done_callback(lambda f: from_callback.append(producer.send("t", b"c")))
+    blocker.commit()
+    blocker.close()
+    assert second.result(timeout=30) == postroom.Published(0, 1)
+    producer.flush()
+    assert [f.result(timeout=30) for f in from_callback] == [postroom.Published(0, 2)]
+    producer.close()
+
+
+def test_publish_batch_of_plain_values(any_client: postroom.Client, any_connect: Any) -> None:
+    """Plain bytes values take the lean write path: same positions, checks and transactions."""
+    any_client.create_topic("t")
+    assert any_client.publish_batch("t", [b"a", b"b", b"c"]) == [
+        postroom.Published(0, i) for i in range(3)
+    ]
+    with any_connect() as conn:
+        with conn.transaction():
+            assert any_client.publish_batch("t", iter([b"d", b"e"]), conn=conn) == [
+                postroom.Published(0, 3),
+                postroom.Published(0, 4),
+            ]
+    with pytest.raises(TopicNotFound):
+        any_client.publish_batch("missing", [b"x"])
+    with pytest.raises(InvalidName):
+        any_client.publish_batch("bad name", [b"x"])
+    with pytest.raises(MessageTooLarge):
+        any_client.publish_batch("t", [b"x", b"y" * (1024 * 1024 + 1)])
+    assert any_client.publish_batch("t", []) == []
+    with any_client.consumer("g", "t") as consumer:
+        seen: list[postroom.Message] = []
+        while len(seen) < 5:
+            seen += consumer.poll(timeout=1)
+    assert [m.value for m in seen] == [b"a", b"b", b"c", b"d", b"e"]
