@@ -14,26 +14,43 @@ from postroom.benchmarks import queue as queue_bench
 
 def test_quick_log_benchmark_reports_every_figure(dsn: str) -> None:
     settings = log_bench.Settings(
-        messages=2_000, groups=2, latency_seconds=0.5, latency_rate=200, poll_max_messages=500
+        messages=2_000,
+        groups=2,
+        latency_seconds=0.5,
+        latency_rate=200,
+        poll_max_messages=500,
+        memory_messages=3_000,
     )
     result = log_bench.run(dsn, settings)
 
-    phases = ["copy", "producer", "publish_batch", "consume_1_group", "consume_n_groups"]
+    phases = ["copy_pk", "copy", "producer", "publish_batch", "range_read"]
+    phases += ["consume_1_group", "consume_n_groups"]
     for phase in phases:
         assert result[phase]["rate"] > 0, phase
         assert result[phase]["seconds"] > 0, phase
-        assert result[phase]["copy_ratio"] > 0, phase
-    assert result["copy"]["messages"] == 2_000
+        assert result[phase]["ratio"] > 0, phase
+    assert result["copy_pk"]["ratio"] == result["range_read"]["ratio"] == 1.0
+    assert result["copy_pk"]["messages"] == result["copy"]["messages"] == 2_000
     assert result["producer"]["messages"] == 2_000
     assert result["publish_batch"]["messages"] == 2_000
     backlog = result["backlog"]
     assert backlog == 2_000 + 2_000 + 1  # + the producer's untimed warm-up message
     assert result["consume_1_group"]["messages"] == backlog
+    assert result["range_read"]["messages"] == backlog
     assert result["consume_n_groups"]["per_group"] == [backlog, backlog]
     latency = result["latency"]
     assert latency["received"] == latency["sent"] == 100
     assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
-    assert set(result["targets"]) == {"produce_vs_copy", "consume_vs_produce", "latency_p99"}
+    for mode in ("defaults", "all_pending"):
+        memory = result["memory"][mode]
+        assert memory["messages"] == 3_000
+        assert memory["peak_rss_mb"] >= memory["baseline_rss_mb"] > 0
+    assert set(result["targets"]) == {
+        "produce_vs_copy_pk",
+        "consume_vs_read",
+        "consume_vs_produce",
+        "latency_p99",
+    }
 
 
 def test_main_prints_json(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -83,10 +100,22 @@ def test_the_churn_verdict_flags_growth() -> None:
 
 def test_the_log_report_names_every_phase(dsn: str) -> None:
     settings = log_bench.Settings(
-        messages=500, groups=1, latency_seconds=0.2, latency_rate=100, poll_max_messages=500
+        messages=500,
+        groups=1,
+        latency_seconds=0.2,
+        latency_rate=100,
+        poll_max_messages=500,
+        memory_messages=500,
     )
     report = log_bench.format_report(log_bench.run(dsn, settings))
-    for line in ("raw binary COPY (reference)", "publish_batch(10000)", "end-to-end latency"):
+    lines = (
+        "binary COPY, primary key (produce reference)",
+        "raw binary range read (consume reference)",
+        "publish_batch(10000)",
+        "end-to-end latency",
+        "memory, 500 sends, defaults (bounded buffer): peak RSS",
+    )
+    for line in lines:
         assert line in report
 
 

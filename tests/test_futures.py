@@ -7,7 +7,7 @@ from concurrent.futures import FIRST_COMPLETED, InvalidStateError, wait
 
 import pytest
 
-from postroom._futures import LazyFuture
+from postroom._futures import LazyFuture, finish_positions
 
 
 def test_result_set_before_anyone_waits() -> None:
@@ -64,3 +64,26 @@ def test_cancel() -> None:
     assert future.cancelled()
     with pytest.raises(InvalidStateError):
         future.set_result(1)
+
+
+def test_finish_positions_builds_results_on_demand() -> None:
+    untouched: list[LazyFuture[tuple[int, int]]] = [LazyFuture() for _ in range(3)]
+    waited: LazyFuture[tuple[int, int]] = LazyFuture()
+    called: list[tuple[int, int]] = []
+    waited.add_done_callback(lambda f: called.append(f.result()))
+    cancelled: LazyFuture[tuple[int, int]] = LazyFuture()
+    assert cancelled.cancel()
+    woken: list[tuple[int, int]] = []
+    waiter = threading.Thread(target=lambda: woken.append(untouched[2].result(timeout=5)))
+    finish_positions([*untouched[:2], waited, cancelled], lambda p, o: (p, o), 4, 10)
+    waiter.start()
+    assert [f.result(timeout=0) for f in untouched[:2]] == [(4, 10), (4, 11)]
+    assert waited.result(timeout=0) == (4, 12) and called == [(4, 12)]
+    assert cancelled.cancelled()
+    done, _ = wait(untouched[:2], timeout=0, return_when=FIRST_COMPLETED)
+    assert done
+    with pytest.raises(InvalidStateError):
+        untouched[0].set_result((0, 0))
+    finish_positions([untouched[2]], lambda p, o: (p, o), 1, 0)
+    waiter.join(5)
+    assert woken == [(1, 0)]

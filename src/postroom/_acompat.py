@@ -19,12 +19,12 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future as _ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ._futures import LazyFuture
+from ._futures import LazyFuture, finish_positions
 from .errors import JobInterrupted
 
 T = TypeVar("T")
@@ -144,6 +144,39 @@ def new_future() -> asyncio.Future[Any]:
 def new_sync_future() -> _ThreadFuture[Any]:
     """A thread-safe future; lazy, as one is made per producer send (see _futures.py)."""
     return LazyFuture()
+
+
+def aresolve_positions(
+    futures: Sequence[asyncio.Future[Any]],
+    make: Callable[[int, int], Any],
+    partition: int,
+    first_offset: int,
+) -> None:
+    """Resolve ``futures[i]`` to ``make(partition, first_offset + i)``, skipping done ones."""
+    for offset, future in enumerate(futures, first_offset):
+        if not future.done():
+            future.set_result(make(partition, offset))
+
+
+def resolve_positions(
+    futures: Sequence[_ThreadFuture[Any]],
+    make: Callable[[int, int], Any],
+    partition: int,
+    first_offset: int,
+) -> None:
+    """The thread twin of ``aresolve_positions``: the whole batch under one lock, and results
+    built on demand (see _futures.py)."""
+    finish_positions(futures, make, partition, first_offset)  # type: ignore[arg-type]
+
+
+def ais_current(worker: asyncio.Task[None] | None) -> bool:
+    """Whether the caller runs in ``worker``."""
+    return worker is not None and asyncio.current_task() is worker
+
+
+def is_current(worker: threading.Thread | None) -> bool:
+    """Whether the caller runs in ``worker``."""
+    return worker is not None and threading.current_thread() is worker
 
 
 async def ato_thread(func: Callable[..., T], *args: Any) -> T:

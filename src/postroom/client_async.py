@@ -17,8 +17,16 @@ from .log.consumer_async import AsyncConsumer
 from .log.deadletters_async import AsyncDeadLetters
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .log.metadata_async import AsyncTopicCache
-from .log.producer_async import AsyncAppender, AsyncProducer
+from .log.producer_async import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_BUFFER_MESSAGES,
+    DEFAULT_BUFFER_TIMEOUT,
+    AsyncAppender,
+    AsyncProducer,
+)
 from .log.records import (
+    MAX_VALUE_BYTES,
     GroupInfo,
     HeaderValue,
     Message,
@@ -27,6 +35,7 @@ from .log.records import (
     TopicPartition,
     Value,
     batch_record,
+    check_name,
     make_record,
 )
 from .log.runner_async import AsyncRunner
@@ -225,24 +234,41 @@ class AsyncClient(AsyncQueueFacade):
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
         ``publish`` (admission control)."""
-        records = [batch_record(topic, item) for item in messages]
+        items = messages if isinstance(messages, list) else list(messages)
+        if (
+            items
+            and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)
+            and check_name("topic", topic)
+        ):
+            # The common case, plain values: written by the lean path, no record per item.
+            partition, first = await self._appender.append_values(topic, items, conn, timeout)
+            return [Published(partition, offset) for offset in range(first, first + len(items))]
+        records = [batch_record(topic, item) for item in items]
         return await self._appender.append(records, conn, timeout)
 
     def producer(
         self,
         *,
         linger_ms: float = 5,
-        batch_size: int = 10000,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         backlog_timeout: float | None = None,
+        buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        buffer_timeout: float | None = DEFAULT_BUFFER_TIMEOUT,
     ) -> AsyncProducer:
         """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``.
         ``backlog_timeout``: how long a batch refused by ``max_lag`` is retried before its
-        futures fail with :class:`BacklogFull` (default: not retried)."""
+        futures fail with :class:`BacklogFull` (default: not retried). ``buffer_messages``,
+        ``buffer_bytes`` bound the sends not yet written: a ``send`` into a full buffer
+        waits, up to ``buffer_timeout`` seconds, then raises :class:`BufferFull`."""
         return AsyncProducer(
             self._appender,
             linger_ms=linger_ms,
             batch_size=batch_size,
             backlog_timeout=backlog_timeout,
+            buffer_messages=buffer_messages,
+            buffer_bytes=buffer_bytes,
+            buffer_timeout=buffer_timeout,
         )
 
     # -- consuming --------------------------------------------------------------------------

@@ -113,6 +113,12 @@ class BacklogFull(PostroomError):
     Nothing of the refused write was stored."""
 
 
+class BufferFull(PostroomError):
+    """A producer's ``send`` waited ``buffer_timeout`` seconds for room in its buffer of
+    unwritten sends (``buffer_messages``, ``buffer_bytes``): the database does not take the
+    messages as fast as they are sent. The message was not queued."""
+
+
 class TransactionAborted(PostroomError):
     """The transaction of a ``consumer.transaction()`` block was aborted by a database error
     that the block caught: nothing was committed, and the batch will be delivered again."""

@@ -5,11 +5,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from typing import Any
 
+import psycopg
 import pytest
 
 import postroom
-from postroom.errors import InvalidType, ProducerClosed, TopicNotFound
+from postroom.errors import (
+    BufferFull,
+    InvalidArgument,
+    InvalidName,
+    InvalidType,
+    MessageTooLarge,
+    ProducerClosed,
+    TopicNotFound,
+)
 
 
 def test_threads_share_one_producer(any_client: postroom.Client) -> None:
@@ -59,3 +69,125 @@ def test_flush_and_errors(any_client: postroom.Client) -> None:
     producer.close()
     with pytest.raises(ProducerClosed):
         producer.send("t", "late")
+
+
+def _block_writes(dsn: str) -> psycopg.Connection[Any]:
+    """A transaction holding every partition counter row: writers wait on it until it ends."""
+    blocker = psycopg.connect(dsn)
+    blocker.execute("SELECT FROM postroom.partitions FOR UPDATE")
+    return blocker
+
+
+def test_a_full_buffer_raises_buffer_full_after_buffer_timeout(
+    any_client: postroom.Client, dsn: str
+) -> None:
+    any_client.create_topic("t")
+    blocker = _block_writes(dsn)
+    producer = any_client.producer(linger_ms=0, batch_size=1, buffer_messages=2, buffer_timeout=1)
+    # One message in flight (the writer waits on the lock), two in the buffer: then full.
+    futures = [producer.send("t", b"%d" % i) for i in range(3)]
+    with pytest.raises(BufferFull, match="buffer_messages=2"):
+        producer.send("t", b"3")
+    blocker.rollback()
+    blocker.close()
+    producer.close()
+    assert [f.result(timeout=30) for f in futures] == [postroom.Published(0, i) for i in range(3)]
+
+
+def test_a_send_into_a_full_buffer_waits_for_room(any_client: postroom.Client, dsn: str) -> None:
+    any_client.create_topic("t")
+    blocker = _block_writes(dsn)
+    producer = any_client.producer(linger_ms=0, batch_size=1, buffer_bytes=10, buffer_timeout=None)
+    futures = [producer.send("t", b"12345") for _ in range(3)]  # in flight, then 10 bytes
+    sent = threading.Event()
+
+    def send_more() -> None:
+        futures.append(producer.send("t", b"x"))
+        sent.set()
+
+    sender = threading.Thread(target=send_more)
+    sender.start()
+    assert not sent.wait(0.3)  # blocked: no room until the writer moves on
+    blocker.commit()
+    blocker.close()
+    assert sent.wait(30)
+    sender.join()
+    producer.close()
+    assert [f.result(timeout=30) for f in futures] == [postroom.Published(0, i) for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"buffer_messages": 0},
+        {"buffer_bytes": -1},
+        {"buffer_messages": 1.5},
+        {"buffer_timeout": -1},
+    ],
+)
+def test_bad_buffer_limits_are_refused(any_client: postroom.Client, arguments: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        any_client.producer(**arguments)
+
+
+def test_plain_sends_resolve_to_gapless_positions_in_order(any_client: postroom.Client) -> None:
+    """The plain-send path (bytes, no key, headers or partition): positions built on demand."""
+    any_client.create_topic("t", partitions=3)
+    with any_client.producer(linger_ms=1000, batch_size=500) as producer:
+        futures = [producer.send("t", b"%d" % i) for i in range(1200)]
+        producer.flush()
+        waited = producer.send("t", b"last")
+        results = [f.result(timeout=30) for f in futures]
+        assert waited.result(timeout=30).offset >= 0
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for published in results:
+        by_partition[published.partition].append(published.offset)
+    for offsets in by_partition.values():
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+    assert sum(len(o) for o in by_partition.values()) == 1200
+
+
+def test_a_send_from_a_done_callback_never_waits_for_room(
+    client: postroom.Client, dsn: str
+) -> None:
+    """The writer runs done-callbacks: a send there into a full buffer must not wait for the
+    writer itself (it would wait out buffer_timeout and fail)."""
+    client.create_topic("t")
+    blocker = _block_writes(dsn)
+    producer = client.producer(linger_ms=0, batch_size=1, buffer_messages=1, buffer_timeout=5)
+    first = producer.send("t", b"a")  # in flight, waiting on the lock
+    second = producer.send("t", b"b")  # fills the buffer
+    from_callback: list[Any] = []
+    first.add_done_callback(lambda f: from_callback.append(producer.send("t", b"c")))
+    blocker.commit()
+    blocker.close()
+    assert second.result(timeout=30) == postroom.Published(0, 1)
+    producer.flush()
+    assert [f.result(timeout=30) for f in from_callback] == [postroom.Published(0, 2)]
+    producer.close()
+
+
+def test_publish_batch_of_plain_values(any_client: postroom.Client, any_connect: Any) -> None:
+    """Plain bytes values take the lean write path: same positions, checks and transactions."""
+    any_client.create_topic("t")
+    assert any_client.publish_batch("t", [b"a", b"b", b"c"]) == [
+        postroom.Published(0, i) for i in range(3)
+    ]
+    with any_connect() as conn:
+        with conn.transaction():
+            assert any_client.publish_batch("t", iter([b"d", b"e"]), conn=conn) == [
+                postroom.Published(0, 3),
+                postroom.Published(0, 4),
+            ]
+    with pytest.raises(TopicNotFound):
+        any_client.publish_batch("missing", [b"x"])
+    with pytest.raises(InvalidName):
+        any_client.publish_batch("bad name", [b"x"])
+    with pytest.raises(MessageTooLarge):
+        any_client.publish_batch("t", [b"x", b"y" * (1024 * 1024 + 1)])
+    assert any_client.publish_batch("t", []) == []
+    with any_client.consumer("g", "t") as consumer:
+        seen: list[postroom.Message] = []
+        while len(seen) < 5:
+            seen += consumer.poll(timeout=1)
+    assert [m.value for m in seen] == [b"a", b"b", b"c", b"d", b"e"]

@@ -7,7 +7,9 @@ seconds and counts; the consumer phases run their consumers in processes of thei
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
+import resource
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from ._common import rate
 SCHEMA = "postroom_bench"
 TOPIC = "bench"
 LATENCY_TOPIC = "latency"
+MEMORY_TOPIC = "memory"
 
 
 @dataclass(frozen=True)
@@ -33,13 +36,22 @@ class Settings:
     groups: int = 5
     producer_threads: int = 1
     linger_ms: float = 5.0
-    batch_size: int = 10_000
+    batch_size: int | None = None  # None: the producer's default
     publish_batch_size: int = 10_000
     poll_max_messages: int = 5_000
     latency_seconds: float = 10.0
     latency_rate: int = 1_000
     latency_linger_ms: float = 0.0
     latency_commit_interval: float = 1.0
+    memory_messages: int = 1_000_000
+
+
+def producer_batch_size(settings: Settings) -> int:
+    """The producer's batch size in the producer phase: the setting, or the default."""
+    if settings.batch_size is not None:
+        return settings.batch_size
+    default: int = inspect.signature(postroom.Client.producer).parameters["batch_size"].default
+    return default
 
 
 def values_of(count: int, size: int) -> list[bytes]:
@@ -52,17 +64,36 @@ def backlog(client: postroom.Client, topic: str) -> int:
     return client.describe_topic(topic).high_water
 
 
-def measure_copy(url: str, values: list[bytes], partitions: int) -> float:
-    """Seconds to binary-COPY ``values`` as log rows into a plain table, commit included."""
-    table = sql.Identifier(SCHEMA, "raw_copy")
-    rows = [(1, i % partitions, i // partitions, v) for i, v in enumerate(values)]
+def measure_copy(
+    url: str, values: list[bytes], partitions: int, batch_size: int, *, primary_key: bool
+) -> float:
+    """Seconds to binary-COPY ``values`` as log rows into a scratch table, commit included: one
+    COPY, one commit, what the server can ingest at best.
+
+    The table has the column types of ``messages``; with ``primary_key`` also its primary key
+    (topic_id, partition, offset), the reference the producer is measured against, and the rows
+    come in the producer's order (``batch_size`` consecutive offsets of one partition, then the
+    next partition). Without it (no index at all) rows go round-robin: a secondary figure."""
+    table = sql.Identifier(SCHEMA, "raw_copy_pk" if primary_key else "raw_copy")
+    if primary_key:
+        rows = []
+        next_offsets = [0] * partitions
+        for start in range(0, len(values), batch_size):
+            partition = (start // batch_size) % partitions
+            first = next_offsets[partition]
+            chunk = values[start : start + batch_size]
+            rows += [(1, partition, first + i, v) for i, v in enumerate(chunk)]
+            next_offsets[partition] += len(chunk)
+    else:
+        rows = [(1, i % partitions, i // partitions, v) for i, v in enumerate(values)]
+    key = sql.SQL(', PRIMARY KEY (topic_id, partition, "offset")' if primary_key else "")
     with psycopg.connect(url) as conn:
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {} (topic_id integer NOT NULL, partition integer NOT NULL, "
                 '"offset" bigint NOT NULL, key bytea, value bytea NOT NULL, headers jsonb, '
-                "created_at timestamptz NOT NULL DEFAULT now())"
-            ).format(table)
+                "created_at timestamptz NOT NULL DEFAULT now(){})"
+            ).format(table, key)
         )
         conn.commit()
         started = time.perf_counter()
@@ -80,6 +111,40 @@ def measure_copy(url: str, values: list[bytes], partitions: int) -> float:
     return elapsed
 
 
+def measure_range_read(url: str, topic: str, max_messages: int) -> tuple[float, int]:
+    """Seconds for a raw binary range read of every message of ``topic``: per partition, the
+    primary-key range ``offset >= n ORDER BY offset LIMIT max_messages``, every column the
+    consumer reads, rows fetched as tuples; no cursors, no commits (the consume reference)."""
+    messages = sql.Identifier(SCHEMA, "messages")
+    query = sql.SQL(
+        'SELECT "offset", key, value, headers, created_at FROM {} '
+        'WHERE topic_id = %s AND partition = %s AND "offset" >= %s ORDER BY "offset" LIMIT %s'
+    ).format(messages)
+    received = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT id, partitions FROM {} WHERE name = %s").format(
+                sql.Identifier(SCHEMA, "topics")
+            ),
+            (topic,),
+        ).fetchone()
+        assert row is not None
+        topic_id, partitions = row
+        cur = conn.cursor(binary=True)
+        started = time.perf_counter()
+        for partition in range(partitions):
+            position = 0
+            while True:
+                cur.execute(query, (topic_id, partition, position, max_messages), prepare=True)
+                rows = cur.fetchall()
+                if not rows:
+                    break
+                received += len(rows)
+                position = rows[-1][0] + 1
+        elapsed = time.perf_counter() - started
+    return elapsed, received
+
+
 def measure_producer(
     client: postroom.Client, values: list[bytes], settings: Settings
 ) -> tuple[float, int]:
@@ -88,7 +153,10 @@ def measure_producer(
     before = backlog(client, TOPIC)
     threads = max(1, settings.producer_threads)
     chunks = [values[i::threads] for i in range(threads)]
-    with client.producer(linger_ms=settings.linger_ms, batch_size=settings.batch_size) as producer:
+    options: dict[str, Any] = {"linger_ms": settings.linger_ms}
+    if settings.batch_size is not None:
+        options["batch_size"] = settings.batch_size
+    with client.producer(**options) as producer:
         producer.send(TOPIC, b"warm-up").result()  # starts the writer; not timed
         before += 1
 
@@ -266,3 +334,76 @@ def measure_latency(
         if proc.is_alive():
             proc.kill()
     return sorted(ns / 1e6 for ns in latencies_ns), total, rate(total, sent_seconds)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MiB: ``VmHWM`` of /proc/self/status
+    (``ru_maxrss`` would carry the parent's peak over the fork + exec that spawned it)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _memory_process(url: str, count: int, value_size: int, blocked: bool, results: Any) -> None:
+    """The memory phase's producer, in a fresh process so its peak RSS is its own.
+
+    ``blocked``: the writer is held (another transaction locks the topic's counter rows) and the
+    buffer limits are lifted, so all ``count`` sends are pending at once: what each pending send
+    costs. Otherwise the producer has its defaults and ``count`` sends go as fast as they can:
+    its bounded buffer (``buffer_messages``, ``buffer_bytes``) holds the memory."""
+    pad = b"x" * value_size
+    with postroom.connect(url, schema=SCHEMA, min_size=1, max_size=2) as client:
+        options: dict[str, Any] = {}
+        if blocked:
+            options = {"buffer_messages": count + 1, "buffer_bytes": 1 << 62}
+        blocker = psycopg.connect(url)
+        with client.producer(**options) as producer:
+            producer.send(MEMORY_TOPIC, b"warm-up").result()
+            baseline = _peak_rss_mb()
+            if blocked:
+                blocker.execute(
+                    sql.SQL("SELECT FROM {} FOR UPDATE").format(
+                        sql.Identifier(SCHEMA, "partitions")
+                    )
+                )
+            started = time.perf_counter()
+            send = producer.send
+            for i in range(count):
+                send(MEMORY_TOPIC, (b"%012d" % i + pad)[:value_size])  # distinct objects
+            sent = time.perf_counter() - started
+            peak = _peak_rss_mb()
+            blocker.rollback()
+            blocker.close()
+        results.put(
+            {
+                "messages": count,
+                "send_seconds": round(sent, 3),
+                "baseline_rss_mb": round(baseline, 1),
+                "peak_rss_mb": round(peak, 1),
+                "bytes_per_message": round((peak - baseline) * 1024 * 1024 / max(1, count)),
+            }
+        )
+
+
+def measure_memory(url: str, settings: Settings, *, blocked: bool) -> dict[str, Any]:
+    """Peak RSS of a producer process making ``memory_messages`` sends (see _memory_process)."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(
+        target=_memory_process,
+        args=(url, settings.memory_messages, settings.value_size, blocked, results),
+        daemon=True,
+    )
+    proc.start()
+    try:
+        figures: dict[str, Any] = results.get(timeout=600)
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+    return figures

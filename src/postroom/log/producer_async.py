@@ -8,22 +8,36 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import psycopg
-from psycopg.types.json import Jsonb
-from psycopg.types.string import BytesBinaryDumper
 
-from .._acompat import ACondition, AFuture, ALock, agather, asleep, aspawn, new_future
+from .._acompat import (
+    ACondition,
+    AFuture,
+    ALock,
+    agather,
+    ais_current,
+    aresolve_positions,
+    asleep,
+    aspawn,
+    new_future,
+)
 from .._db_async import AsyncDatabase
-from ..errors import BacklogFull, InvalidArgument, ProducerClosed, TopicNotFound
+from ..errors import BacklogFull, BufferFull, InvalidArgument, ProducerClosed, TopicNotFound
+from .copydata import copy_data, copy_values
 from .errors import log_errors
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .partitioner import partition_for_key
-from .records import HeaderValue, Published, Record, Value, make_record
-
-COPY_TYPES = ["int4", "int4", "int8", "bytea", "bytea", "jsonb"]
-"""Column types of ``copy_messages``: topic_id, partition, offset, key, value, headers."""
+from .records import (
+    _CHECKED_TOPICS,
+    MAX_VALUE_BYTES,
+    HeaderValue,
+    Published,
+    Record,
+    Value,
+    make_record,
+)
 
 
 def check_timeout(timeout: float | None) -> None:
@@ -55,6 +69,18 @@ class AsyncAppender:
         transaction ``conn``, which the refusal aborted)."""
         if not records:
             return []
+        results: list[Published] = await self._retrying(False, records, conn, timeout)
+        return results
+
+    async def append_values(
+        self, topic: str, values: list[bytes], conn: object = None, timeout: float | None = None
+    ) -> tuple[int, int]:
+        """Write unkeyed, headerless ``values`` (non-empty, already checked) to one sticky
+        partition of ``topic``; the partition and the first offset. Retries as ``append``."""
+        position: tuple[int, int] = await self._retrying(True, (topic, values), conn, timeout)
+        return position
+
+    async def _retrying(self, values: bool, what: Any, conn: object, timeout: float | None) -> Any:
         check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
@@ -62,7 +88,9 @@ class AsyncAppender:
             try:
                 with log_errors():
                     async with self._db.connection(conn) as db_conn:
-                        return await self._append(db_conn, records, use_conn=conn is not None)
+                        if values:
+                            return await self._append_values(db_conn, what, conn is not None)
+                        return await self._append(db_conn, what, conn is not None)
             except BacklogFull:
                 remaining = 0.0 if deadline is None else deadline - time.monotonic()
                 if conn is not None or remaining <= 0:
@@ -70,8 +98,29 @@ class AsyncAppender:
                 await asleep(min(delay, remaining))
                 delay = min(delay * 2, 0.5)
 
+    async def _append_values(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        what: tuple[str, list[bytes]],
+        use_conn: bool,
+    ) -> tuple[int, int]:
+        topic, values = what
+        meta = await self._topics.get(topic, conn if use_conn else None)
+        partition = next(self._sticky) % meta.partitions
+        cur = await conn.execute(
+            self._db.q("reserve_offsets"),
+            {"topic_ids": [meta.id], "partitions": [partition], "counts": [len(values)]},
+        )
+        row = await cur.fetchone()
+        if row is None:  # the counter row is gone: the topic was deleted meanwhile
+            self._topics.forget(meta.name)
+            raise TopicNotFound(f"topic {meta.name!r} was deleted while publishing")
+        async with conn.cursor().copy(self._db.q("copy_messages")) as copy:
+            await copy.write(copy_values(meta.id, partition, row[2], values))
+        return partition, row[2]
+
     async def _append(
-        self, conn: psycopg.AsyncConnection[Any], records: list[Record], *, use_conn: bool
+        self, conn: psycopg.AsyncConnection[Any], records: list[Record], use_conn: bool
     ) -> list[Published]:
         metas: dict[str, TopicMeta] = {}
         for record in records:
@@ -97,28 +146,20 @@ class AsyncAppender:
                 self._topics.forget(meta.name)
             names = [m.name for m in metas.values() if m.id == missing[0][0]]
             raise TopicNotFound(f"topic {names[0]!r} was deleted while publishing")
-        cursor = conn.cursor()
-        # By type oid, bytea would get psycopg's pure-Python dbapi20 dumper (registered last);
-        # registering the bytes dumper again on this cursor alone selects the C one.
-        cursor.adapters.register_dumper(bytes, BytesBinaryDumper)
-        async with cursor.copy(self._db.q("copy_messages")) as copy:
-            copy.set_types(COPY_TYPES)
-            for group in order:
-                topic_id, partition = group
-                # One group holds every record, in input order: skip the indirection.
-                rows = records if len(order) == 1 else [records[i] for i in groups[group]]
-                for offset, record in enumerate(rows, firsts[group]):
-                    headers = record.headers
-                    await copy.write_row(
-                        (
-                            topic_id,
-                            partition,
-                            offset,
-                            record.key,
-                            record.value,
-                            None if headers is None else Jsonb(headers),
-                        )
-                    )
+        data = copy_data(
+            [
+                (
+                    group[0],
+                    group[1],
+                    firsts[group],
+                    # One group holds every record, in input order: skip the indirection.
+                    records if len(order) == 1 else [records[i] for i in groups[group]],
+                )
+                for group in order
+            ]
+        )
+        async with conn.cursor().copy(self._db.q("copy_messages")) as copy:
+            await copy.write(data)
         if len(order) == 1:
             partition, first = order[0][1], firsts[order[0]]
             return [Published(partition, offset) for offset in range(first, first + len(records))]
@@ -194,6 +235,14 @@ class AsyncAppender:
         return sticky[meta.name]
 
 
+DEFAULT_BATCH_SIZE = 50_000
+"""Messages per producer transaction at most: per-batch costs (a pooled connection, the offset
+reservation, the commit's WAL flush) cost 20-40% of the rate at 10,000 (bench/RESULTS.md)."""
+DEFAULT_BUFFER_MESSAGES = 100_000
+DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
+DEFAULT_BUFFER_TIMEOUT = 60.0
+
+
 class AsyncProducer:
     """A non-transactional producer that batches concurrent sends into few transactions.
 
@@ -209,6 +258,12 @@ class AsyncProducer:
     ``AsyncProducer`` alike: ``async with``, ``await producer.send(...)`` returns an asyncio
     future, ``await future``.
 
+    The buffer of sends not yet taken by the writer is bounded: at ``buffer_messages``
+    messages, or ``buffer_bytes`` of keys and values, ``send`` blocks until the writer takes a
+    batch, for up to ``buffer_timeout`` seconds, then raises :class:`BufferFull` (None: waits
+    as long as it takes). A message larger than ``buffer_bytes`` alone is taken when the
+    buffer is empty. A send from the writer itself (a future's done-callback) never blocks.
+
     A message that cannot be written (its partition no longer exists, the database refuses its
     content) fails its own future only; the rest of its batch is written. A batch that fails as
     a whole (say, the connection drops) fails every future in it; postroom does not retry it,
@@ -220,29 +275,46 @@ class AsyncProducer:
         appender: AsyncAppender,
         *,
         linger_ms: float = 5,
-        batch_size: int = 10000,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         backlog_timeout: float | None = None,
+        buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        buffer_timeout: float | None = DEFAULT_BUFFER_TIMEOUT,
     ) -> None:
         if linger_ms < 0:
             raise InvalidArgument(f"invalid linger_ms {linger_ms!r}: must be >= 0")
         if batch_size < 1:
             raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
+        for name, limit in (("buffer_messages", buffer_messages), ("buffer_bytes", buffer_bytes)):
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+                raise InvalidArgument(f"invalid {name} {limit!r}: must be an integer >= 1")
         check_timeout(backlog_timeout)
+        check_timeout(buffer_timeout)
         self._appender = appender
         self._backlog_timeout = backlog_timeout
         self._linger = linger_ms / 1000
         self._batch_size = batch_size
+        self._buffer_messages = buffer_messages
+        self._buffer_bytes = buffer_bytes
+        self._buffer_timeout = buffer_timeout
         # Two locks: ``_buffer_lock`` guards the pending lists and ``_closed`` and is the only
         # one a send takes, except the sends that must wake the writer (the first pending
         # message, a full batch), which take ``_cond`` too. A Condition (an RLock and Python
         # methods) on every send cost more than the rest of it, and contending with the writer
         # for it cost a GIL hand-over each time. Lock order: ``_cond``, then ``_buffer_lock``.
+        # ``_space`` (on ``_buffer_lock``) is where sends wait while the buffer is full.
         self._cond = ACondition()
         self._buffer_lock = ALock()
-        # Two parallel lists rather than one of pairs: one object fewer per send for the
-        # garbage collector to track (its passes over many pending sends cost more than the sends).
-        self._records: list[Record] = []
+        self._space = ACondition(self._buffer_lock)
+        self._waiting_for_space = 0
+        # Parallel lists rather than one of tuples: each object made per send and kept until
+        # its batch commits costs again at every pass of the garbage collector (those passes
+        # over many pending sends cost more than the sends). A plain send (bytes, no key,
+        # headers or partition) keeps its value bytes as its item; any other, its Record.
+        self._topics: list[str] = []
+        self._items: list[bytes | Record] = []
         self._futures: list[AFuture[Published]] = []
+        self._pending_bytes = 0
         self._in_flight = 0
         self._flushing = 0  # flush() calls waiting: the writer stops lingering for them
         self._closed = False
@@ -257,16 +329,37 @@ class AsyncProducer:
         headers: Mapping[str, HeaderValue] | None = None,
         partition: int | None = None,
     ) -> AFuture[Published]:
-        record = make_record(topic, value, key, headers, partition)
-        if partition is not None:
-            await self._appender.check_partition(record)
+        item: bytes | Record
+        if (
+            type(value) is bytes
+            and key is None
+            and headers is None
+            and partition is None
+            and type(topic) is str
+            and topic in _CHECKED_TOPICS
+            and len(value) <= MAX_VALUE_BYTES
+        ):
+            item = value  # the common case: nothing to encode or check again
+            size = len(value)
+        else:
+            item = make_record(topic, value, key, headers, partition)
+            if partition is not None:
+                await self._appender.check_partition(item)
+            size = _item_size(item)
         future: AFuture[Published] = new_future()
         async with self._buffer_lock:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")
-            self._records.append(record)
+            if self._items and (
+                len(self._items) >= self._buffer_messages
+                or self._pending_bytes + size > self._buffer_bytes
+            ):
+                await self._wait_for_space(size)
+            self._topics.append(topic)
+            self._items.append(item)
             self._futures.append(future)
-            pending = len(self._records)
+            self._pending_bytes += size
+            pending = len(self._items)
         if pending == 1 or pending == self._batch_size:
             # Wake the writer: the first pending message, or a full batch. Waking needs
             # ``_cond``, under which the writer checks the lists before it waits, so this
@@ -277,13 +370,38 @@ class AsyncProducer:
                 self._cond.notify_all()
         return future
 
+    async def _wait_for_space(self, size: int) -> None:
+        """Wait, ``_buffer_lock`` held, until a send of ``size`` bytes fits in the buffer."""
+        if ais_current(self._worker):
+            return  # the writer itself (a done-callback): waiting would wait for itself
+        deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
+        self._waiting_for_space += 1
+        try:
+            while self._items and (
+                len(self._items) >= self._buffer_messages
+                or self._pending_bytes + size > self._buffer_bytes
+            ):
+                if self._closed:
+                    raise ProducerClosed("send() on a closed producer")
+                remaining = 1.0 if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BufferFull(
+                        f"producer buffer full for {self._buffer_timeout:g} s: "
+                        f"{len(self._items)} messages, {self._pending_bytes} bytes pending "
+                        f"(buffer_messages={self._buffer_messages}, "
+                        f"buffer_bytes={self._buffer_bytes})"
+                    )
+                await self._space.wait_timeout(min(remaining, 1.0))
+        finally:
+            self._waiting_for_space -= 1
+
     async def flush(self) -> None:
         """Write every message sent so far at once, without waiting for ``linger_ms``, and
         wait until each is written (or failed)."""
         async with self._cond:
             self._flushing += 1
             try:
-                while self._records or self._in_flight:
+                while self._items or self._in_flight:
                     self._cond.notify_all()
                     await self._cond.wait_timeout(0.1)
             finally:
@@ -294,6 +412,7 @@ class AsyncProducer:
         async with self._cond:
             async with self._buffer_lock:
                 self._closed = True  # a send either got in before this or raises
+                self._space.notify_all()
             self._cond.notify_all()
         if self._worker is not None:
             await agather(self._worker)
@@ -315,30 +434,67 @@ class AsyncProducer:
                 self._in_flight -= 1
                 self._cond.notify_all()
 
-    async def _next_batch(self) -> tuple[list[Record], list[AFuture[Published]]] | None:
+    async def _next_batch(
+        self,
+    ) -> tuple[list[str], list[bytes | Record], list[AFuture[Published]]] | None:
         """Wait for sends, linger for more, and take up to ``batch_size`` of them."""
         async with self._cond:
-            while not self._records and not self._closed:
+            while not self._items and not self._closed:
                 await self._cond.wait_timeout(1.0)
-            if not self._records:
+            if not self._items:
                 return None
             deadline = time.monotonic() + self._linger
-            while len(self._records) < self._batch_size and not self._closed and not self._flushing:
+            while (
+                len(self._items) < self._batch_size
+                and not self._closed
+                and not self._flushing
+                and not self._waiting_for_space
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 await self._cond.wait_timeout(remaining)
             size = self._batch_size
             async with self._buffer_lock:
-                records, futures = self._records[:size], self._futures[:size]
-                del self._records[:size], self._futures[:size]
+                topics, items, futures = (
+                    self._topics[:size],
+                    self._items[:size],
+                    self._futures[:size],
+                )
+                del self._topics[:size], self._items[:size], self._futures[:size]
+                if self._items:
+                    self._pending_bytes -= sum(map(_item_size, items))
+                else:
+                    self._pending_bytes = 0
+                if self._waiting_for_space:
+                    self._space.notify_all()
             self._in_flight += 1
-            return records, futures
+            return topics, items, futures
 
-    async def _write(self, records: list[Record], futures: list[AFuture[Published]]) -> None:
+    async def _write(
+        self, topics: list[str], items: list[bytes | Record], futures: list[AFuture[Published]]
+    ) -> None:
         """Append the batch and resolve its futures after the commit. A record that cannot be
         written fails its own future only; the rest of the batch is written."""
         try:
+            topic = topics[0]
+            if all(type(i) is bytes for i in items) and topics.count(topic) == len(topics):
+                # The common case: plain sends to one topic, written by the lean path.
+                try:
+                    partition, first = await self._appender.append_values(
+                        topic,
+                        items,  # type: ignore[arg-type]
+                        timeout=self._backlog_timeout,
+                    )
+                except InvalidArgument:
+                    pass  # the database refused some content: isolate it below
+                else:
+                    aresolve_positions(futures, Published, partition, first)
+                    return
+            records = [
+                Record(t, i) if type(i) is bytes else cast(Record, i)
+                for t, i in zip(topics, items, strict=True)
+            ]
             refused = await self._appender.refusals(records)
             if refused:
                 for index, exc in refused.items():
@@ -372,3 +528,11 @@ class AsyncProducer:
         for future, result in zip(futures, results, strict=True):
             if not future.done():
                 future.set_result(result)
+
+
+def _item_size(item: bytes | Record) -> int:
+    """The bytes a pending send counts for in the producer's buffer: key and value."""
+    if type(item) is bytes:
+        return len(item)
+    record = cast(Record, item)
+    return len(record.value) + (0 if record.key is None else len(record.key))
