@@ -291,6 +291,11 @@ class AsyncRelay:
         Nothing else is held for them: the batch ``poll()`` is reading now is taken after."""
         task = self._inflight
         if task is not None and not task.done():
+            log.info(
+                "relay %s: handing over %s once the batch in flight is committed",
+                self.group,
+                ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions)),
+            )
             await asyncio.wait({task})  # its outcome is the loop's to read (_settle)
 
     async def _rewind(self, consumer: Any, batch: _Batch) -> None:
