@@ -133,3 +133,21 @@ def test_an_out_of_memory_reply_is_retried_not_dead_lettered() -> None:
             await sink.send([outbound(0, "d", b"k", {})])
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"a": "b"},
+        {"postroom-id": "t/0/5", "x": b"\xff", "\u00e9": '\u00fc\n"\\'},
+        {"k": "\u2028\x00"},
+    ],
+)
+def test_headers_are_the_json_of_json_dumps(headers: dict[str, str | bytes]) -> None:
+    import json
+
+    text = {
+        k: v if isinstance(v, str) else v.decode("utf-8", "replace") for k, v in headers.items()
+    }
+    assert encode_headers(headers) == json.dumps(text, separators=(",", ":"))

@@ -49,7 +49,6 @@ log = logging.getLogger("postroom.relay")
 
 DEFAULT_BACKOFF = Backoff(base=0.2, factor=2.0, max_delay=30.0, jitter=0.2)
 MAX_ERROR_CHARS = 2000
-DEFAULT_BATCH_SIZE = 500
 RELAY_OPTIONS = (
     "group",
     "route",
@@ -110,7 +109,7 @@ class AsyncRelay:
         *,
         group: str | None = None,
         route: Route | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int | None = None,
         max_attempts: int = 5,
         backoff: Backoff = DEFAULT_BACKOFF,
         dead_letter_topic: str = "{topic}" + DLQ_SUFFIX,
@@ -130,6 +129,8 @@ class AsyncRelay:
             raise InvalidArgument(f"sink options {sorted(sink_options)} need a sink URL")
         self.group = check_name("group", group or f"relay.{self.sink.scheme}")
         self.route = route or Route()
+        if batch_size is None:
+            batch_size = self.sink.batch_size  # 2,000 for Kafka and Redis, else 500
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
         if not isinstance(max_attempts, int) or max_attempts < 1:
@@ -324,13 +325,14 @@ class AsyncRelay:
         and note the next offset per partition."""
         routed: list[Outbound | MessageRejected] = []
         route = self.route
-        offsets: dict[TopicPartition, int] = {}
+        ends: dict[tuple[str, int], int] = {}  # plain tuples: a TopicPartition per message cost
         for message in messages:
             try:
                 routed.append(route(message))
             except MessageRejected as exc:
                 routed.append(exc)
-            offsets[message.topic_partition] = message.offset + 1
+            ends[message.topic, message.partition] = message.offset + 1
+        offsets = {TopicPartition(t, p): end for (t, p), end in ends.items()}
         return _Batch(messages, routed, offsets)
 
     async def _carry(self, consumer: Any, batch: _Batch) -> bool:

@@ -40,10 +40,20 @@ def from_url(url: str, parts: SplitResult, options: dict[str, Any]) -> RedisSink
     )
 
 
+_quote = json.encoder.encode_basestring_ascii
+
+
 def encode_headers(headers: Mapping[str, str | bytes]) -> str:
-    return json.dumps(
-        {k: v if isinstance(v, str) else v.decode("utf-8", "replace") for k, v in headers.items()},
-        separators=(",", ":"),
+    """The headers as compact JSON: ``json.dumps(..., separators=(",", ":"))`` exactly, bytes
+    decoded as UTF-8, written out string by string (json.dumps per message was half of the
+    encoding of an XADD)."""
+    return (
+        "{"
+        + ",".join(
+            _quote(k) + ":" + _quote(v if isinstance(v, str) else v.decode("utf-8", "replace"))
+            for k, v in headers.items()
+        )
+        + "}"
     )
 
 
@@ -127,6 +137,9 @@ class RedisSink(Sink):
     """XADD to Redis Streams (redis-py's asyncio client)."""
 
     scheme = "redis"
+    # One pipelined round trip per batch: 2,000 entries cost the relay a third less CPU per
+    # message than 500, and as many fewer round trips and commits (bench/RESULTS.md).
+    batch_size = 2000
 
     def __init__(
         self,
