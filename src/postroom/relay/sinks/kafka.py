@@ -127,19 +127,17 @@ class KafkaSink(Sink):
             return on_delivery
 
         counts: dict[str, int] = {}
+        produce = self._producer.produce
         for index, out in enumerate(batch):
             partitions = counts.get(out.destination)
             if partitions is None:
                 partitions = counts[out.destination] = await self._partition_count(out.destination)
-            headers = [
-                (k, v if isinstance(v, bytes) else v.encode()) for k, v in out.headers.items()
-            ]
             try:
-                self._producer.produce(
+                produce(
                     out.destination,
                     value=out.value,
                     key=out.key,
-                    headers=headers,
+                    headers=out.headers,  # a dict: str values go as UTF-8, bytes as they are
                     partition=kafka_partition(out.key, partitions),
                     on_delivery=report(index),
                 )
