@@ -413,3 +413,14 @@ def test_a_fenced_commit_drops_the_batch_polled_ahead() -> None:
     assert sink.sent == ["t/0/0", "t/0/1"]  # batch 2 was read under the lost epoch: not sent
     assert consumer.seeks == [(TopicPartition("t", 0), 2)]  # read again if still held
     assert consumer.commits == [{TopicPartition("t", 0): 2}]
+
+
+def test_the_default_batch_size_is_the_sinks() -> None:
+    from typing import cast
+
+    from postroom.relay import AsyncRelay
+
+    assert AsyncRelay(cast(Any, None), "t", ScriptedSink()).batch_size == 500
+    assert AsyncRelay(cast(Any, None), "t", "redis://127.0.0.1:6379").batch_size == 2000
+    assert AsyncRelay(cast(Any, None), "t", "kafka://127.0.0.1:9092").batch_size == 2000
+    assert AsyncRelay(cast(Any, None), "t", ScriptedSink(), batch_size=7).batch_size == 7
