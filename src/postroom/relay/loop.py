@@ -485,6 +485,8 @@ class Relay:
     async def _main(self) -> None:
         from ..client_async import connect_async
 
+        # Four connections: a poll and the commit of the batch in flight run at once, beside
+        # the heartbeat and a dead letter's publish.
         async with await connect_async(
             self._client.conninfo, schema=self._client.schema, max_size=4
         ) as aclient:
