@@ -71,15 +71,18 @@ def publish_keyed(
     *,
     per_tx: int = 50,
     rollback_every: int = 0,
+    first: int = 0,
 ) -> list[dict[str, int]]:
     """Publish ``total`` events {"seq", "key"} in transactions of ``per_tx``; with
-    ``rollback_every`` = n every n-th transaction is rolled back. Returns the committed events."""
+    ``rollback_every`` = n every n-th transaction is rolled back; ``seq`` counts from ``first``.
+    Returns the committed events."""
     import psycopg
 
     committed: list[dict[str, int]] = []
     with psycopg.connect(dsn) as conn:
-        for tx_index, start in enumerate(range(0, total, per_tx)):
-            events = [{"seq": s, "key": s % keys} for s in range(start, min(start + per_tx, total))]
+        for tx_index, start in enumerate(range(first, first + total, per_tx)):
+            end = min(start + per_tx, first + total)
+            events = [{"seq": s, "key": s % keys} for s in range(start, end)]
             client.publish_batch(
                 topic,
                 [{"key": f"k{e['key']}", "value": e} for e in events],

@@ -127,15 +127,32 @@ def test_kill_9_mid_batch_loses_nothing(client: postroom.Client, dsn: str, prefi
     assert duplicates <= 50 * 4  # at most the batch in flight (a batch spans partitions)
 
 
+def owners(client: postroom.Client, group: str) -> int:
+    """How many members hold partitions of ``group``."""
+    try:
+        return len({p.member for p in client.describe_group(group).partitions if p.member})
+    except postroom.errors.GroupNotFound:
+        return 0
+
+
 @pytest.mark.slow
 def test_two_relays_in_one_group_split_the_partitions(
     client: postroom.Client, dsn: str, prefix: str
 ) -> None:
     client.create_topic("orders", partitions=6)
-    committed = publish_keyed(client, dsn, "orders", 10_000, keys=50, per_tx=200, rollback_every=7)
     url = f"{REDIS}?prefix={prefix}"
-    procs = [start_relay(dsn, "orders", "--to", url, "--group", "relay.pair") for _ in range(2)]
+    argv = ("orders", "--to", url, "--group", "relay.pair", "--batch-size", "500")
+    procs = [start_relay(dsn, *argv)]
     try:
+        # The first relay takes every partition and carries a backlog while the second one
+        # joins: the group hands partitions over, then both carry the second half. (Started
+        # together, the first one to join could drain the whole backlog alone.)
+        committed = publish_keyed(client, dsn, "orders", 5_000, keys=50, per_tx=200)
+        procs.append(start_relay(dsn, *argv))
+        wait_until(lambda: owners(client, "relay.pair") == 2, timeout=60)
+        committed += publish_keyed(
+            client, dsn, "orders", 5_000, keys=50, per_tx=200, rollback_every=7, first=5_000
+        )
         wait_until(lambda: group_lag(client, "relay.pair") == 0, timeout=120)
     finally:
         for proc in procs:

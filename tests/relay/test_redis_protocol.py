@@ -80,3 +80,74 @@ def test_a_refused_xadd_mid_batch_is_reported_at_its_index() -> None:
         for name in r.scan_iter(match=prefix + "*"):
             r.delete(name)
         r.close()
+
+
+def test_replies_are_parsed_in_blocks_split_anywhere() -> None:
+    from postroom.relay.sinks.redis import _parse_replies
+
+    data = b"$15\r\n1700000000000-0\r\n-OOM command not allowed\r\n:2\r\n$-1\r\n$3\r\na\r\n\r\n"
+    whole, used = _parse_replies(data, 5)
+    assert whole == [b"1700000000000-0", "OOM command not allowed", 2, None, b"a\r\n"]
+    assert used == len(data)
+    for cut in range(len(data)):  # a block may end anywhere: only whole replies are taken
+        first, used = _parse_replies(data[:cut], 5)
+        rest, _ = _parse_replies(data[used:], 5 - len(first))
+        assert first + rest == whole
+    with pytest.raises(ValueError, match="unexpected redis reply"):
+        _parse_replies(b"+OK\r\n", 1)
+
+
+def test_an_out_of_memory_reply_is_retried_not_dead_lettered() -> None:
+    """OOM (maxmemory reached) means "not now": the batch is retried. Its reply keeps the
+    OOM prefix (redis-py's error classes strip it)."""
+    from postroom.errors import SinkUnavailable
+    from postroom.relay.sinks.redis import _Refused
+
+    sink = RedisSink(URL)
+
+    class Conn:
+        pass
+
+    async def scenario() -> None:
+        async def replies(conn: Any, count: int) -> list[Any]:
+            return [_Refused("OOM command not allowed when used memory > 'maxmemory'.")]
+
+        class Pool:
+            async def get_connection(self) -> Any:
+                conn = Conn()
+                conn.send_packed_command = noop  # type: ignore[attr-defined]
+                return conn
+
+            async def release(self, conn: Any) -> None:
+                pass
+
+        async def noop(data: bytes) -> None:
+            pass
+
+        class Client:
+            connection_pool = Pool()
+
+        sink._redis = Client()
+        sink._read_replies = replies  # type: ignore[method-assign]
+        with pytest.raises(SinkUnavailable, match="OOM"):
+            await sink.send([outbound(0, "d", b"k", {})])
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"a": "b"},
+        {"postroom-id": "t/0/5", "x": b"\xff", "\u00e9": '\u00fc\n"\\'},
+        {"k": "\u2028\x00"},
+    ],
+)
+def test_headers_are_the_json_of_json_dumps(headers: dict[str, str | bytes]) -> None:
+    import json
+
+    text = {
+        k: v if isinstance(v, str) else v.decode("utf-8", "replace") for k, v in headers.items()
+    }
+    assert encode_headers(headers) == json.dumps(text, separators=(",", ":"))

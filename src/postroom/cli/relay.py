@@ -58,7 +58,15 @@ def relay(
             show_default=False,
         ),
     ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 500,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            help="Messages per poll and per send (default: 2000 for kafka and redis, else 500).",
+            show_default=False,
+        ),
+    ] = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", min=1)] = 5,
     dead_letter_topic: Annotated[
         str, typer.Option("--dead-letter-topic", help="{topic} is the source topic.")

@@ -1,6 +1,13 @@
 """The relay loop: poll a batch as a consumer group member, send it to the sink, wait for the
 sink's acknowledgement, then commit. At least once, in offset order per partition.
 
+The stages overlap as a two-deep pipeline: while batch n is at the sink (sent, acknowledged,
+then committed by a task of its own), the loop polls and routes batch n+1; batch n+1 goes to
+the sink only after batch n is settled, so one batch at most is in flight and the sink sees
+each partition in offset order. A partition being handed over waits for the batch in flight
+(``on_revoke`` awaits it, and it commits its offsets); a commit refused as ``Fenced`` drops the
+batch polled ahead and moves the positions back to it (docs/outbox.md "Pipeline").
+
 The relay is asyncio only (every sink client has an asyncio flavour, or runs its blocking
 calls in a thread); :class:`Relay`, what the sync ``Client.relay()`` returns, runs the same
 loop on an event loop of its own. There is no generated sync twin: one loop, one behaviour.
@@ -12,7 +19,7 @@ import asyncio
 import logging
 import signal
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -56,6 +63,16 @@ RELAY_OPTIONS = (
 
 
 @dataclass
+class _Batch:
+    """A polled batch, routed: each message's :class:`Outbound`, or the routing error that
+    sends it to the dead-letter topic at once; and the next offset per partition."""
+
+    messages: list[Message]
+    routed: list[Outbound | MessageRejected]
+    offsets: dict[TopicPartition, int]
+
+
+@dataclass
 class RelayCounters:
     """What one relay process did since it started."""
 
@@ -70,7 +87,8 @@ class AsyncRelay:
     """Carries ``topics`` to ``sink`` as a member of consumer group ``group``.
 
     Each turn polls up to ``batch_size`` messages, routes them (``route``), sends them to the
-    sink and commits the group's cursors only after the sink acknowledged the whole batch.
+    sink and commits the group's cursors only after the sink acknowledged the whole batch;
+    the next batch is polled and routed while one is in flight (one in flight at most).
     While the sink is down the same batch is retried with ``backoff`` (forever: nothing is
     skipped). A message the sink rejects for good is retried ``max_attempts`` times in all,
     then published to ``dead_letter_topic`` (``{topic}`` is the source topic) with headers
@@ -91,7 +109,7 @@ class AsyncRelay:
         *,
         group: str | None = None,
         route: Route | None = None,
-        batch_size: int = 500,
+        batch_size: int | None = None,
         max_attempts: int = 5,
         backoff: Backoff = DEFAULT_BACKOFF,
         dead_letter_topic: str = "{topic}" + DLQ_SUFFIX,
@@ -111,6 +129,8 @@ class AsyncRelay:
             raise InvalidArgument(f"sink options {sorted(sink_options)} need a sink URL")
         self.group = check_name("group", group or f"relay.{self.sink.scheme}")
         self.route = route or Route()
+        if batch_size is None:
+            batch_size = self.sink.batch_size  # 2,000 for Kafka and Redis, else 500
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidArgument(f"invalid batch_size {batch_size!r}: must be >= 1")
         if not isinstance(max_attempts, int) or max_attempts < 1:
@@ -139,6 +159,8 @@ class AsyncRelay:
                 )
             self._membership["session_timeout"] = session_timeout
         self.counters = RelayCounters()
+        self._inflight: asyncio.Task[bool] | None = None
+        self._db_failures = 0
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -170,18 +192,18 @@ class AsyncRelay:
         await self._check_topics()
         try:
             await self._open_sink()
-            failures = 0
+            self._db_failures = 0
             while not self.stopping:
                 try:
-                    consumer = self._client.consumer(self.group, self.topics, **self._membership)
+                    consumer = self._client.consumer(
+                        self.group, self.topics, on_revoke=self._on_revoke, **self._membership
+                    )
                     async with consumer:
-                        while not self.stopping:
-                            await self.relay_batch(consumer)
-                            failures = 0
+                        await self._pipeline(consumer)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
-                    failures += 1
+                    self._db_failures += 1
                     self._note(f"database unavailable, retrying: {exc}")
-                    await self._sleep(self.backoff.delay(failures))
+                    await self._sleep(self.backoff.delay(self._db_failures))
         finally:
             await self.sink.close()
 
@@ -222,28 +244,112 @@ class AsyncRelay:
         self.counters.last_error = error
         log.warning("relay %s -> %s: %s", self.group, self.sink.description, error)
 
-    # -- one batch ----------------------------------------------------------------------
+    # -- the pipeline -------------------------------------------------------------------
+
+    async def _pipeline(self, consumer: Any) -> None:
+        """Poll and route batch n+1 while batch n is in flight (``_carry``: send, then commit),
+        until ``stop()``. Batch n+1 goes out once batch n is settled: one batch in flight.
+
+        Every message polled is, at each ``poll()``, either committed or in the batch in
+        flight: so ``on_revoke`` (called from ``poll()``) only has to await that batch for the
+        partitions it hands over to be committed up to their positions."""
+        try:
+            while not self.stopping:
+                messages = await self._poll(consumer)
+                self._db_failures = 0
+                batch = self._prepare(messages) if messages else None
+                fenced = await self._settle()
+                if batch is None:
+                    continue
+                if fenced:
+                    # The commit of the batch before was refused: some partitions moved. What
+                    # was polled ahead was read under the lost epochs for those: drop it, and
+                    # read again from where it began what this member still holds.
+                    await self._rewind(consumer, batch)
+                    continue
+                if self.stopping:
+                    break  # polled, not sent: not committed, sent again after a restart
+                self._inflight = asyncio.create_task(self._carry(consumer, batch))
+        finally:
+            # Stopping: let the batch in flight finish (its send, then its commit). An error
+            # here (the database gone): it fails at its commit or finishes, nothing else.
+            try:
+                await self._settle()
+            except Exception as exc:  # noqa: BLE001 (the error in flight already unwinds)
+                log.debug("relay %s: batch in flight ended with %r", self.group, exc)
+
+    async def _settle(self) -> bool:
+        """Wait for the batch in flight, if any; whether its commit was refused as Fenced.
+        Its other errors are raised here."""
+        task, self._inflight = self._inflight, None
+        if task is None:
+            return False
+        return await task
+
+    async def _on_revoke(self, partitions: set[TopicPartition]) -> None:
+        """The consumer hands ``partitions`` over (or lost them) after this returns: let the
+        batch in flight reach the sink and commit first, so the next owner starts after it.
+        Nothing else is held for them: the batch ``poll()`` is reading now is taken after."""
+        task = self._inflight
+        if task is not None and not task.done():
+            log.info(
+                "relay %s: handing over %s once the batch in flight is committed",
+                self.group,
+                ", ".join(sorted(f"{tp.topic}/{tp.partition}" for tp in partitions)),
+            )
+            await asyncio.wait({task})  # its outcome is the loop's to read (_settle)
+
+    async def _rewind(self, consumer: Any, batch: _Batch) -> None:
+        """Drop ``batch`` (polled, never sent): each partition still held reads again from
+        the batch's first offset in it; a lost one is the new owner's."""
+        first: dict[TopicPartition, int] = {}
+        for message in batch.messages:
+            first.setdefault(message.topic_partition, message.offset)
+        for tp, offset in first.items():
+            try:
+                await consumer.seek(tp, offset)
+            except (Fenced, InvalidArgument):
+                pass  # no longer this member's partition
 
     async def relay_batch(self, consumer: Any) -> int:
-        """Poll, deliver and commit one batch; returns how many messages it carried."""
+        """Poll, deliver and commit one batch, without overlap; returns how many messages it
+        carried (``run()`` overlaps the stages instead)."""
         messages = await self._poll(consumer)
         if not messages:
             return 0
-        if not await self._deliver(messages):
-            return 0  # stopping: not acknowledged, so not committed
-        next_offsets: dict[TopicPartition, int] = {}
+        await self._carry(consumer, self._prepare(messages))
+        return len(messages)
+
+    def _prepare(self, messages: list[Message]) -> _Batch:
+        """Route ``messages`` (a message the route cannot map keeps its place, as its error)
+        and note the next offset per partition."""
+        routed: list[Outbound | MessageRejected] = []
+        route = self.route
+        ends: dict[tuple[str, int], int] = {}  # plain tuples: a TopicPartition per message cost
         for message in messages:
-            next_offsets[message.topic_partition] = message.offset + 1
+            try:
+                routed.append(route(message))
+            except MessageRejected as exc:
+                routed.append(exc)
+            ends[message.topic, message.partition] = message.offset + 1
+        offsets = {TopicPartition(t, p): end for (t, p), end in ends.items()}
+        return _Batch(messages, routed, offsets)
+
+    async def _carry(self, consumer: Any, batch: _Batch) -> bool:
+        """Deliver ``batch`` and commit it once acknowledged; True if the commit was refused
+        as Fenced (the batch was delivered: the new owner sends it again, duplicates only)."""
+        if not await self._deliver(batch):
+            return False  # stopping: not acknowledged, so not committed
         try:
-            await consumer.commit(next_offsets)
+            await consumer.commit(batch.offsets)
         except Fenced as exc:
             # The group refuses the commit of a member that lost a partition meanwhile (a long
             # pause past its session): the batch was delivered, and the new owner sends it again
             # from the committed cursor. Duplicates, never a loss; this relay goes on.
             self._note(f"partitions moved before the commit, the new owner resends: {exc}")
-            return len(messages)
+            return True
         self.counters.batches += 1
-        return len(messages)
+        return False
 
     async def _poll(self, consumer: Any) -> list[Message]:
         """``consumer.poll()``, given up (nothing read is lost: nothing is committed) as soon
@@ -263,20 +369,20 @@ class AsyncRelay:
         messages: list[Message] = poll.result()
         return messages
 
-    async def _deliver(self, messages: Sequence[Message]) -> bool:
-        """Send ``messages`` in order until all are acknowledged or dead-lettered; False if
-        the relay was stopped first."""
+    async def _deliver(self, batch: _Batch) -> bool:
+        """Send the batch in order until all is acknowledged or dead-lettered; False if the
+        relay was stopped first."""
         pending: list[Outbound] = []
-        for message in messages:
-            try:
-                pending.append(self.route(message))
-            except MessageRejected as exc:
+        for message, routed in zip(batch.messages, batch.routed, strict=True):
+            if isinstance(routed, MessageRejected):
                 # Routing is deterministic: retrying cannot help. Send what came before first,
                 # so the dead letter keeps its place in the partition's order.
                 if pending and not await self._send_all(pending):
                     return False
                 pending = []
-                await self._dead_letter(message, str(exc), attempts=1)
+                await self._dead_letter(message, str(routed), attempts=1)
+            else:
+                pending.append(routed)
         return await self._send_all(pending)
 
     async def _send_all(self, pending: list[Outbound]) -> bool:
@@ -379,8 +485,10 @@ class Relay:
     async def _main(self) -> None:
         from ..client_async import connect_async
 
+        # Four connections: a poll and the commit of the batch in flight run at once, beside
+        # the heartbeat and a dead letter's publish.
         async with await connect_async(
-            self._client.conninfo, schema=self._client.schema, max_size=3
+            self._client.conninfo, schema=self._client.schema, max_size=4
         ) as aclient:
             relay = AsyncRelay(aclient, self._topics, self._sink, **self._options)
             self._relay = relay

@@ -49,6 +49,8 @@ class Sink(abc.ABC):
     """
 
     scheme: ClassVar[str]
+    batch_size: ClassVar[int] = 500
+    """The relay's default ``batch_size`` for this sink: how many messages one ``send`` gets."""
 
     def __init__(self, url: str) -> None:
         self.url = url
