@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -93,10 +94,24 @@ async def open_database(
         name="postroom",
         # A connection cut while idle in the pool (server restart, proxy, failover) is
         # replaced before it is handed out, instead of failing the caller's next statement.
-        check=AsyncConnectionPool.check_connection,
+        check=check_pooled,
     )
     await pool.open(wait=True)
     return AsyncDatabase(pool, conninfo, schema)
+
+
+async def check_pooled(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check of a connection before it is handed out. An idle connection receives
+    nothing unless the server closed it (a FATAL at shutdown or a terminated backend, then
+    EOF) or something cut it (EOF from a proxy): only a connection whose socket is readable
+    gets psycopg's full check, an empty query that raises if it is broken, so the pool replaces
+    it. The others are handed out without that round trip, which was 4-9% of a relay's time
+    (bench/RESULTS.md). A peer gone without a word (no FIN) is found by neither check."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    if readable:
+        await AsyncConnectionPool.check_connection(conn)
 
 
 async def caller_connection_async(conn: object) -> psycopg.AsyncConnection[Any]:
