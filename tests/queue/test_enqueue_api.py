@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 import postroom
 from postroom.errors import InvalidArgument, InvalidType
@@ -208,7 +209,7 @@ def test_sql_enqueue_takes_jsonb_or_text_without_casts(client: postroom.Client, 
     with psycopg.connect(dsn, autocommit=True) as conn:
         by_text = conn.execute(b"SELECT postroom.enqueue('k', %s)", ['{"n": 1}']).fetchone()
         by_json = conn.execute(
-            b"SELECT postroom.enqueue('k', %s, queue => 'q')", [psycopg.types.json.Jsonb({"n": 2})]
+            b"SELECT postroom.enqueue('k', %s, queue => 'q')", [Jsonb({"n": 2})]
         ).fetchone()
         literal = conn.execute(b"""SELECT postroom.enqueue('k', '{"n": 3}')""").fetchone()
         bare = conn.execute(b"SELECT postroom.enqueue('k')").fetchone()
