@@ -139,9 +139,10 @@ class QueueFacade:
     def enqueue_batch(self, jobs: Iterable[Any], *, conn: object = None) -> list[Job]:
         """Enqueue many jobs in one transaction (the caller's with ``conn``), thousands per
         statement. Items are ``func.prepare(**args, **options)`` (from this client or its sync
-        or async twin) or dicts with ``kind``, ``args`` and enqueue options. Every item is
-        checked before anything is written; an error names the bad item's position."""
-        return self._queue.enqueue(self._queue.requests_from(jobs), conn)
+        or async twin) or dicts with ``kind``, ``args`` and enqueue options. A bad item raises
+        naming its position, and no job of the batch is stored (without ``conn`` the first
+        chunks may have been sent, in a transaction that then rolls back)."""
+        return self._queue.enqueue_items(jobs, conn)
 
     def enqueue_group(
         self, jobs: Iterable[Any], *, then: Any = None, conn: object = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -183,15 +183,28 @@ class AsyncJobs(AsyncJobAdmin):
     def requests_from(self, items: Iterable[object]) -> list[JobRequest]:
         """Every batch item checked (``request_from``), before anything is written; bad input
         raises naming the item's position in the batch."""
-        requests: list[JobRequest] = []
-        append = requests.append
+        return list(self._checked(items))
+
+    def _checked(self, items: Iterable[object]) -> Iterator[JobRequest]:
+        position = 0
         request_from = self.request_from
         try:
             for item in items:
-                append(request_from(item))
+                yield request_from(item)
+                position += 1
         except (InvalidArgument, InvalidType) as exc:  # InvalidName is an InvalidArgument
-            raise type(exc)(f"batch item {len(requests)}: {exc}") from None
-        return requests
+            raise type(exc)(f"batch item {position}: {exc}") from None
+
+    async def enqueue_items(self, items: Iterable[object], conn: object = None) -> list[AsyncJob]:
+        """``enqueue_batch``: the items checked, then stored in one transaction.
+
+        In a transaction of its own (no ``conn``, no enqueue middleware) each chunk is sent as
+        soon as its items are checked, so the server inserts one chunk while this side checks
+        the next; a bad item later in the batch raises and rolls back what was sent. In the
+        caller's transaction every item is checked before anything is sent."""
+        if conn is not None or self.hooks.enqueue:
+            return await self.enqueue(self.requests_from(items), conn)
+        return await self._enqueue(self._checked(items))
 
     async def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
@@ -199,35 +212,44 @@ class AsyncJobs(AsyncJobAdmin):
             return await self.hooks.around_enqueue(self._enqueue, requests, conn)
         return await self._enqueue(requests, conn)
 
-    async def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
-        if not requests:
+    async def _enqueue(self, requests: Iterable[JobRequest], conn: object = None) -> list[AsyncJob]:
+        if isinstance(requests, list) and not requests:
             return []
-        queues = sorted({r.options.queue for r in requests})
-        keyed = any(r.options.unique_key is not None for r in requests)
+        queues: set[str] = set()
+        keyed = False
         async with self.db.connection(conn) as db_conn:
-            # One pipeline: the wake-up, then every statement of the batch, sent without
-            # waiting for the one before, so the server inserts a chunk while this side
-            # encodes the next. The wake-up is delivered at commit either way.
+            # One pipeline: every statement of the batch is sent without waiting for the one
+            # before, so the server inserts a chunk while this side prepares the next.
             try:
                 async with db_conn.pipeline():
+                    sent = []
+                    for chunk in _chunks(requests):
+                        queues.update([r.options.queue for r in chunk])
+                        keyed = keyed or any(r.options.unique_key is not None for r in chunk)
+                        sent.append((chunk, await self._send(db_conn, chunk)))
+                    if not sent:
+                        return []
+                    # The wake-up hint for idle workers is delivered at commit.
                     await db_conn.execute(
                         self.db.q("notify_queues"),
-                        {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
+                        {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
                     )
-                    sent = [
-                        (chunk, await self._send(db_conn, chunk)) for chunk in _chunks(requests)
-                    ]
                     if conn is None and not keyed:
                         # Our own transaction, and no taken key to look up once the rows are
                         # in: the commit goes out with the inserts, one round trip in all.
                         await db_conn.commit()
-                    stored: list[tuple[int, bool]] = []
-                    for chunk, cur in sent:
-                        stored.extend(await self._stored(db_conn, chunk, cur))
+                    stored = [await self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).
                 raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
-        return [AsyncJob(self, job_id, created) for job_id, created in stored]
+        jobs: list[AsyncJob] = []
+        for ids, created in stored:
+            if created is None:
+                jobs += [AsyncJob(self, job_id) for job_id in ids]
+            else:
+                pairs = zip(ids, created, strict=True)
+                jobs += [AsyncJob(self, job_id, new) for job_id, new in pairs]
+        return jobs
 
     async def enqueue_group(
         self, requests: list[JobRequest], then: JobRequest | None, conn: object
@@ -268,31 +290,33 @@ class AsyncJobs(AsyncJobAdmin):
             )
         params = batch_columns(chunk)
         if "unique_keys" in params:
-            return await conn.execute(self.db.q("enqueue_unique_jobs"), params)
-        return await conn.execute(self.db.q("enqueue_jobs"), params)
+            return await conn.execute(self.db.q("enqueue_unique_jobs"), params, binary=True)
+        return await conn.execute(self.db.q("enqueue_jobs"), params, binary=True)
 
     async def _stored(
         self,
         conn: psycopg.AsyncConnection[Any],
         chunk: list[JobRequest],
         cur: psycopg.AsyncCursor[Any],
-    ) -> list[tuple[int, bool]]:
-        """(id, created) of each job of a sent chunk, in order: a job whose unique key was
-        taken gets the holder's id."""
-        inserted = await cur.fetchall()
-        if len(inserted) == len(chunk):
-            if chunk[0].options.is_workflow:
-                return [(inserted[0][0], inserted[0][1])]
-            return [(job_id, True) for job_id, _ in inserted]
-        # Some unique keys were taken. Rows come back in input order and only keyed rows can
+    ) -> tuple[list[int], list[bool] | None]:
+        """The ids of a sent chunk's jobs, in order, and whether each is new (None: all are);
+        a job whose unique key was taken gets the holder's id."""
+        row = await cur.fetchone()
+        assert row is not None
+        if chunk[0].options.is_workflow:
+            return [row[0]], [row[1]]
+        ids: list[int] = row[0] or []
+        if len(ids) == len(chunk):
+            return ids, None
+        # Some unique keys were taken. Ids come back in input order and only keyed jobs can
         # be skipped, so walk both lists; then look up the holders of the skipped keys.
-        out: list[tuple[int, bool] | str] = []
-        returned = iter(inserted)
+        out: list[int | str] = []
+        returned = zip(ids, row[1] or [], strict=True)
         pending = next(returned, None)
         for request in chunk:
             key = request.options.unique_key
             if pending is not None and (key is None or pending[1] == key):
-                out.append((pending[0], True))
+                out.append(pending[0])
                 pending = next(returned, None)
             else:
                 assert key is not None
@@ -300,18 +324,25 @@ class AsyncJobs(AsyncJobAdmin):
         missing = sorted({k for k in out if isinstance(k, str)})
         cur = await conn.execute(self.db.q("jobs_by_unique_key"), {"unique_keys": missing})
         holders = dict(await cur.fetchall())
-        resolved: list[tuple[int, bool]] = []
+        resolved: list[int] = []
+        created: list[bool] = []
         for item in out:
             if isinstance(item, str):
                 if item not in holders:
                     # The holder finished between the insert and the lookup: insert again.
                     again = [r for r in chunk if r.options.unique_key == item][:1]
-                    resolved.extend(await self._stored(conn, again, await self._send(conn, again)))
+                    again_ids, again_created = await self._stored(
+                        conn, again, await self._send(conn, again)
+                    )
+                    resolved.append(again_ids[0])
+                    created.append(again_created is None or again_created[0])
                     continue
-                resolved.append((holders[item], False))
+                resolved.append(holders[item])
+                created.append(False)
             else:
                 resolved.append(item)
-        return resolved
+                created.append(True)
+        return resolved, created
 
     async def outcome(self, job_id: int, timeout: float | None) -> Any:
         """Wait for the job to finish and return its result (see ``Job.result``)."""
@@ -412,7 +443,7 @@ class AsyncJob:
         return await self._jobs.cancel(self.id)
 
 
-def _chunks(requests: list[JobRequest]) -> Iterable[list[JobRequest]]:
+def _chunks(requests: Iterable[JobRequest]) -> Iterator[list[JobRequest]]:
     """Runs of plain requests (at most ENQUEUE_CHUNK each) and single workflow requests, in
     order: a workflow job may depend on the jobs before it."""
     run: list[JobRequest] = []
