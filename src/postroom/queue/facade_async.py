@@ -139,8 +139,8 @@ class AsyncQueueFacade:
         """Enqueue many jobs in one transaction (the caller's with ``conn``), thousands per
         statement. Items are ``func.prepare(**args, **options)`` (from this client or its sync
         or async twin) or dicts with ``kind``, ``args`` and enqueue options. A bad item raises
-        naming its position, and no job of the batch is stored (without ``conn`` the first
-        chunks may have been sent, in a transaction that then rolls back)."""
+        naming its position, and no job of the batch is stored (a list without ``conn`` is sent
+        in chunks as it is checked, in a transaction that then rolls back)."""
         return await self._queue.enqueue_items(jobs, conn)
 
     async def enqueue_group(

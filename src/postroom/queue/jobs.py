@@ -200,11 +200,12 @@ class Jobs(JobAdmin):
     def enqueue_items(self, items: Iterable[object], conn: object = None) -> list[Job]:
         """``enqueue_batch``: the items checked, then stored in one transaction.
 
-        In a transaction of its own (no ``conn``, no enqueue middleware) each chunk is sent as
-        soon as its items are checked, so the server inserts one chunk while this side checks
-        the next; a bad item later in the batch raises and rolls back what was sent. In the
-        caller's transaction every item is checked before anything is sent."""
-        if conn is not None or self.hooks.enqueue:
+        A list or tuple in a transaction of its own (no ``conn``, no enqueue middleware) is
+        sent chunk by chunk as soon as each chunk is checked, so the server inserts one chunk
+        while this side checks the next; a bad item later in the batch raises and rolls back
+        what was sent. Otherwise every item is checked before anything is sent: the caller's
+        transaction stays usable, and a slow iterator holds no transaction open."""
+        if conn is not None or self.hooks.enqueue or not isinstance(items, list | tuple):
             return self.enqueue(self.requests_from(items), conn)
         return self._enqueue(self._checked(items))
 
