@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -234,3 +235,35 @@ def test_a_list_as_args_of_a_registered_kind_is_refused(client: postroom.Client)
 
     with pytest.raises(InvalidType, match="args of job 'registered' must be a mapping"):
         client.enqueue("registered", [1, 2])  # type: ignore[arg-type]
+
+
+def test_the_serializer_writes_what_the_json_encoder_writes() -> None:
+    """The C encoder is made once (not per call, as JSONEncoder.encode does): same text, same
+    errors, and a cycle is a ValueError, not a RecursionError."""
+    serializer = postroom.Serializer()
+    reference = json.JSONEncoder(
+        separators=(",", ":"), allow_nan=False, default=serializer.default
+    ).encode
+    values: list[Any] = [
+        {"n": 1, "s": 'é\u2028"\\', "l": [1, 2.5, None, True, False], "d": {"x": []}},
+        {"at": datetime(2030, 1, 1, tzinfo=UTC), "u": UUID(int=5), "m": Decimal("1.50")},
+        {1: "int key", None: "none key"},
+        "text",
+        1e300,
+    ]
+    for value in values:
+        assert serializer.dumps(value) == reference(value)
+    for bad in ({"x": float("nan")}, {"x": object()}, {(1, 2): 3}):
+        with pytest.raises((TypeError, ValueError)):
+            serializer.dumps(bad)
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="circular"):
+        serializer.dumps({"c": cycle})
+
+
+def test_a_cyclic_argument_is_named(client: postroom.Client) -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(InvalidType, match="argument 'c' of job 'k' cannot be serialized"):
+        client.enqueue("k", {"c": cycle})

@@ -139,10 +139,10 @@ class QueueFacade:
     def enqueue_batch(self, jobs: Iterable[Any], *, conn: object = None) -> list[Job]:
         """Enqueue many jobs in one transaction (the caller's with ``conn``), thousands per
         statement. Items are ``func.prepare(**args, **options)`` (from this client or its sync
-        or async twin) or dicts with ``kind``, ``args`` and enqueue options. Every item is
-        checked before anything is written."""
-        requests = [self._queue.request_from(item) for item in jobs]
-        return self._queue.enqueue(requests, conn)
+        or async twin) or dicts with ``kind``, ``args`` and enqueue options. A bad item raises
+        naming its position, and no job of the batch is stored (a list without ``conn`` is sent
+        in chunks as it is checked, in a transaction that then rolls back)."""
+        return self._queue.enqueue_items(jobs, conn)
 
     def enqueue_group(
         self, jobs: Iterable[Any], *, then: Any = None, conn: object = None
@@ -155,7 +155,7 @@ class QueueFacade:
                 [fetch.prepare(url=u) for u in urls], then=merge_pages.prepare(), conn=conn
             )
         """
-        requests = [self._queue.request_from(item) for item in jobs]
+        requests = self._queue.requests_from(jobs)
         callback = None if then is None else self._queue.request_from(then)
         return self._queue.enqueue_group(requests, callback, conn)
 

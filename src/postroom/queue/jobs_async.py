@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -24,7 +24,6 @@ from .cron import Schedule, parse_cron
 from .hooks_async import AsyncHooks
 from .options import ENQUEUE_OPTION_NAMES, EnqueueOptions
 from .records import (
-    Enqueued,
     JobDefinition,
     JobInfo,
     check_kind,
@@ -32,11 +31,20 @@ from .records import (
     make_definition,
     notify_payload,
 )
-from .requests import JobOptions, JobRequest, encode_args, job_options, split_options
+from .requests import (
+    JobOptions,
+    JobRequest,
+    batch_columns,
+    encode_args,
+    job_options,
+    split_options,
+)
 from .serializer import Serializer, check_serializer
 
 ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
+
+_KIND_AND_ARGS = frozenset({"kind", "args"})
 
 
 class AsyncJobs(AsyncJobAdmin):
@@ -116,14 +124,16 @@ class AsyncJobs(AsyncJobAdmin):
         """A checked request: ``args`` fit the registered function (if any), ``options`` are
         checked against its defaults."""
         definition = self.definitions.get(kind)
-        if args is not None and not isinstance(args, Mapping):
+        if args is None:
+            args = {}
+        elif type(args) is not dict and not isinstance(args, Mapping):
             raise InvalidType(
                 f"args of job {kind!r} must be a mapping of argument names to values, "
                 f"got {type(args).__name__}"
             )
         if definition is not None and args:
             definition.bind_args((), args)
-        if any(value is not None for value in options.values()):
+        if options and any(value is not None for value in options.values()):
             checked = job_options(definition, options)
             check_kind(kind)
         else:
@@ -133,9 +143,7 @@ class AsyncJobs(AsyncJobAdmin):
                 check_kind(kind)
                 cached = self._default_options[kind] = job_options(definition, {})
             checked = cached
-        return JobRequest(
-            kind, encode_args(kind, {} if args is None else args, self.serializer), checked
-        )
+        return JobRequest(kind, encode_args(kind, args, self.serializer), checked)
 
     def prepare(
         self, definition: JobDefinition, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -152,6 +160,9 @@ class AsyncJobs(AsyncJobAdmin):
     def request_from(self, item: object) -> JobRequest:
         """A batch item: a ``JobRequest`` (``func.prepare(...)``, from any client) or a mapping
         with ``kind``, ``args`` and any enqueue options."""
+        if type(item) is dict and item.keys() <= _KIND_AND_ARGS and "kind" in item:
+            # The usual item (kind and args, the kind's default options), checked with less.
+            return self.request(item["kind"], item.get("args"), {})
         if isinstance(item, JobRequest):
             return item
         if isinstance(item, Mapping) and "kind" in item:
@@ -169,35 +180,77 @@ class AsyncJobs(AsyncJobAdmin):
             f"invalid batch item {item!r}: pass func.prepare(...) or a dict with kind and args"
         )
 
+    def requests_from(self, items: Iterable[object]) -> list[JobRequest]:
+        """Every batch item checked (``request_from``), before anything is written; bad input
+        raises naming the item's position in the batch."""
+        return list(self._checked(items))
+
+    def _checked(self, items: Iterable[object]) -> Iterator[JobRequest]:
+        position = 0
+        request_from = self.request_from
+        try:
+            for item in items:
+                yield request_from(item)
+                position += 1
+        except (InvalidArgument, InvalidType) as exc:  # InvalidName is an InvalidArgument
+            raise type(exc)(f"batch item {position}: {exc}") from None
+
+    async def enqueue_items(self, items: Iterable[object], conn: object = None) -> list[AsyncJob]:
+        """``enqueue_batch``: the items checked, then stored in one transaction.
+
+        A list or tuple in a transaction of its own (no ``conn``, no enqueue middleware) is
+        sent chunk by chunk as soon as each chunk is checked, so the server inserts one chunk
+        while this side checks the next; a bad item later in the batch raises and rolls back
+        what was sent. Otherwise every item is checked before anything is sent: the caller's
+        transaction stays usable, and a slow iterator holds no transaction open."""
+        if conn is not None or self.hooks.enqueue or not isinstance(items, list | tuple):
+            return await self.enqueue(self.requests_from(items), conn)
+        return await self._enqueue(self._checked(items))
+
     async def enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
         """Insert the jobs in one transaction (the caller's with ``conn``), in order."""
         if self.hooks.enqueue:  # middleware registered on the client (hooks_async)
             return await self.hooks.around_enqueue(self._enqueue, requests, conn)
         return await self._enqueue(requests, conn)
 
-    async def _enqueue(self, requests: list[JobRequest], conn: object = None) -> list[AsyncJob]:
-        if not requests:
+    async def _enqueue(self, requests: Iterable[JobRequest], conn: object = None) -> list[AsyncJob]:
+        if isinstance(requests, list) and not requests:
             return []
-        results: list[Enqueued] = []
-        queues = sorted({r.options.queue for r in requests})
+        queues: set[str] = set()
+        keyed = False
         async with self.db.connection(conn) as db_conn:
-            # The wake-up goes out with the first insert in one round trip (pipeline); it is
-            # delivered at commit either way.
+            # One pipeline: every statement of the batch is sent without waiting for the one
+            # before, so the server inserts a chunk while this side prepares the next.
             try:
                 async with db_conn.pipeline():
+                    sent = []
+                    for chunk in _chunks(requests):
+                        queues.update([r.options.queue for r in chunk])
+                        keyed = keyed or any(r.options.unique_key is not None for r in chunk)
+                        sent.append((chunk, await self._send(db_conn, chunk)))
+                    if not sent:
+                        return []
+                    # The wake-up hint for idle workers is delivered at commit.
                     await db_conn.execute(
                         self.db.q("notify_queues"),
-                        {"payloads": [notify_payload(self.db.schema, q) for q in queues]},
+                        {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
                     )
-                    for chunk in _chunks(requests):
-                        if chunk[0].options.is_workflow:
-                            results.append(await self._insert_workflow(db_conn, chunk[0]))
-                        else:
-                            results.extend(await self._insert(db_conn, chunk))
+                    if conn is None and not keyed:
+                        # Our own transaction, and no taken key to look up once the rows are
+                        # in: the commit goes out with the inserts, one round trip in all.
+                        await db_conn.commit()
+                    stored = [await self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).
                 raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
-        return [AsyncJob(self, e.id, e.created) for e in results]
+        jobs: list[AsyncJob] = []
+        for ids, created in stored:
+            if created is None:
+                jobs += [AsyncJob(self, job_id) for job_id in ids]
+            else:
+                pairs = zip(ids, created, strict=True)
+                jobs += [AsyncJob(self, job_id, new) for job_id, new in pairs]
+        return jobs
 
     async def enqueue_group(
         self, requests: list[JobRequest], then: JobRequest | None, conn: object
@@ -213,60 +266,58 @@ class AsyncJobs(AsyncJobAdmin):
             )
             return members, (await self.enqueue([callback], db_conn))[0]
 
-    async def _insert_workflow(
-        self, conn: psycopg.AsyncConnection[Any], request: JobRequest
-    ) -> Enqueued:
-        options = request.options
-        cur = await conn.execute(
-            self.db.q("enqueue_workflow_job"),
-            {
-                "kind": request.kind,
-                "args": request.args_json,
-                "queue": options.queue,
-                "priority": options.priority,
-                "run_at": options.run_at,
-                "delay": options.delay,
-                "max_attempts": options.max_attempts,
-                "unique_key": options.unique_key,
-                "after": list(options.after),
-                "sequence": options.sequence,
-                "on_parent_failure": options.on_parent_failure,
-            },
-        )
+    async def _send(
+        self, conn: psycopg.AsyncConnection[Any], chunk: list[JobRequest]
+    ) -> psycopg.AsyncCursor[Any]:
+        """Send the insert of one chunk (in pipeline mode: its rows are read by ``_stored``)."""
+        if chunk[0].options.is_workflow:
+            (request,) = chunk
+            options = request.options
+            return await conn.execute(
+                self.db.q("enqueue_workflow_job"),
+                {
+                    "kind": request.kind,
+                    "args": request.args_json,
+                    "queue": options.queue,
+                    "priority": options.priority,
+                    "run_at": options.run_at,
+                    "delay": options.delay,
+                    "max_attempts": options.max_attempts,
+                    "unique_key": options.unique_key,
+                    "after": list(options.after),
+                    "sequence": options.sequence,
+                    "on_parent_failure": options.on_parent_failure,
+                },
+            )
+        params = batch_columns(chunk)
+        if "unique_keys" in params:
+            return await conn.execute(self.db.q("enqueue_unique_jobs"), params, binary=True)
+        return await conn.execute(self.db.q("enqueue_jobs"), params, binary=True)
+
+    async def _stored(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        chunk: list[JobRequest],
+        cur: psycopg.AsyncCursor[Any],
+    ) -> tuple[list[int], list[bool] | None]:
+        """The ids of a sent chunk's jobs, in order, and whether each is new (None: all are);
+        a job whose unique key was taken gets the holder's id."""
         row = await cur.fetchone()
         assert row is not None
-        return Enqueued(row[0], row[1])
-
-    async def _insert(
-        self, conn: psycopg.AsyncConnection[Any], chunk: list[JobRequest]
-    ) -> list[Enqueued]:
-        params = {
-            "queues": [r.options.queue for r in chunk],
-            "kinds": [r.kind for r in chunk],
-            "args": [r.args_json for r in chunk],
-            "priorities": [r.options.priority for r in chunk],
-            "run_ats": [r.options.run_at for r in chunk],
-            "delays": [r.options.delay for r in chunk],
-            "max_attempts": [r.options.max_attempts for r in chunk],
-        }
-        keys = [r.options.unique_key for r in chunk]
-        if any(key is not None for key in keys):
-            params["unique_keys"] = keys
-            cur = await conn.execute(self.db.q("enqueue_unique_jobs"), params)
-        else:
-            cur = await conn.execute(self.db.q("enqueue_jobs"), params)
-        inserted = await cur.fetchall()
-        if len(inserted) == len(chunk):
-            return [Enqueued(job_id, True) for job_id, _ in inserted]
-        # Some unique keys were taken. Rows come back in input order and only keyed rows can
+        if chunk[0].options.is_workflow:
+            return [row[0]], [row[1]]
+        ids: list[int] = row[0] or []
+        if len(ids) == len(chunk):
+            return ids, None
+        # Some unique keys were taken. Ids come back in input order and only keyed jobs can
         # be skipped, so walk both lists; then look up the holders of the skipped keys.
-        out: list[Enqueued | str] = []
-        returned = iter(inserted)
+        out: list[int | str] = []
+        returned = zip(ids, row[1] or [], strict=True)
         pending = next(returned, None)
         for request in chunk:
             key = request.options.unique_key
             if pending is not None and (key is None or pending[1] == key):
-                out.append(Enqueued(pending[0], True))
+                out.append(pending[0])
                 pending = next(returned, None)
             else:
                 assert key is not None
@@ -274,18 +325,25 @@ class AsyncJobs(AsyncJobAdmin):
         missing = sorted({k for k in out if isinstance(k, str)})
         cur = await conn.execute(self.db.q("jobs_by_unique_key"), {"unique_keys": missing})
         holders = dict(await cur.fetchall())
-        resolved = []
+        resolved: list[int] = []
+        created: list[bool] = []
         for item in out:
             if isinstance(item, str):
                 if item not in holders:
                     # The holder finished between the insert and the lookup: insert again.
                     again = [r for r in chunk if r.options.unique_key == item][:1]
-                    resolved.extend(await self._insert(conn, again))
+                    again_ids, again_created = await self._stored(
+                        conn, again, await self._send(conn, again)
+                    )
+                    resolved.append(again_ids[0])
+                    created.append(again_created is None or again_created[0])
                     continue
-                resolved.append(Enqueued(holders[item], False))
+                resolved.append(holders[item])
+                created.append(False)
             else:
                 resolved.append(item)
-        return resolved
+                created.append(True)
+        return resolved, created
 
     async def outcome(self, job_id: int, timeout: float | None) -> Any:
         """Wait for the job to finish and return its result (see ``Job.result``)."""
@@ -386,7 +444,7 @@ class AsyncJob:
         return await self._jobs.cancel(self.id)
 
 
-def _chunks(requests: list[JobRequest]) -> Iterable[list[JobRequest]]:
+def _chunks(requests: Iterable[JobRequest]) -> Iterator[list[JobRequest]]:
     """Runs of plain requests (at most ENQUEUE_CHUNK each) and single workflow requests, in
     order: a workflow job may depend on the jobs before it."""
     run: list[JobRequest] = []

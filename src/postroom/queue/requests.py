@@ -132,16 +132,22 @@ def _parent_ids(after: object) -> tuple[int, ...]:
 
 def encode_args(kind: str, args: object, serializer: Serializer = DEFAULT_SERIALIZER) -> str:
     """``args`` as JSON object text; raises naming the argument that cannot be stored."""
-    if type(args) is not dict or not all(type(name) is str for name in args):
+    if type(args) is not dict:
         if not isinstance(args, Mapping):
             raise InvalidType(
                 f"args of job {kind!r} must be a mapping of argument names to values, "
                 f"got {type(args).__name__}"
             )
+        args = dict(args)
+    try:
+        "".join(args)  # every name is a str: one check in C, not a test per name
+    except TypeError:
         for name in args:
             if not isinstance(name, str):
-                raise InvalidType(f"args of job {kind!r}: argument names are str, got {name!r}")
-        args = dict(args)
+                raise InvalidType(
+                    f"args of job {kind!r}: argument names are str, got {name!r}"
+                ) from None
+        raise
     try:
         text = serializer.dumps(args)
     except (TypeError, ValueError):
@@ -180,3 +186,38 @@ def _check_storable(kind: str, args: Mapping[str, Any]) -> None:
     for name, value in args.items():
         check_text(f"argument name of job {kind!r}", name)
         walk(name, value)
+
+
+def batch_columns(chunk: list[JobRequest]) -> dict[str, list[Any]]:
+    """The parameters of ``enqueue_batch`` for plain (not workflow) requests: the jobs' args,
+    and for each other column an array with one element per job or, when every job has the
+    same value, one element (migration 0014): a batch of one kind with default options sends
+    its arguments and little else. Adds ``unique_keys`` only when a job has one."""
+    first = chunk[0].options
+    if all(r.options is first for r in chunk):  # the usual batch: one cached JobOptions
+        params: dict[str, list[Any]] = {
+            "queues": [first.queue],
+            "priorities": [first.priority],
+            "run_ats": [first.run_at],
+            "delays": [first.delay],
+            "max_attempts": [first.max_attempts],
+        }
+    else:
+        params = {
+            "queues": _shared([r.options.queue for r in chunk]),
+            "priorities": _shared([r.options.priority for r in chunk]),
+            "run_ats": _shared([r.options.run_at for r in chunk]),
+            "delays": _shared([r.options.delay for r in chunk]),
+            "max_attempts": _shared([r.options.max_attempts for r in chunk]),
+        }
+    params["kinds"] = _shared([r.kind for r in chunk])
+    params["args"] = [r.args_json for r in chunk]  # one per job: the batch's size
+    keys = [r.options.unique_key for r in chunk]
+    if keys.count(None) != len(keys):
+        params["unique_keys"] = keys
+    return params
+
+
+def _shared(values: list[Any]) -> list[Any]:
+    """``values``, or its one value when all are equal (list.count compares in C)."""
+    return values[:1] if values.count(values[0]) == len(values) else values
