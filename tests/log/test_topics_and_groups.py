@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 
 import postroom
 from postroom import TopicPartition
@@ -157,3 +158,47 @@ def test_async_api_mirrors_the_sync_one(dsn: str) -> None:
             assert (await client.describe_group("g")).lag == 40
 
     asyncio.run(main())
+
+
+def test_consumed_messages_are_ordinary_frozen_messages(any_client: postroom.Client) -> None:
+    """poll() and transaction() build messages on a fast path (records.MessageBuilder, the
+    cyclic GC paused): they must compare, pickle and repr as ``Message(...)`` does, and
+    leave the collector as they found it."""
+    import dataclasses
+    import gc
+    import pickle
+
+    from postroom import Message
+
+    any_client.create_topic("t", partitions=2)
+    any_client.publish("t", b'{"n": 1}', key="k", headers={"h": "v", "b": b"\x00"}, partition=0)
+    any_client.publish("t", "plain", partition=1)
+    for transactional in (False, True):
+        group = f"g-{transactional}"
+        with any_client.consumer(group, "t") as consumer:
+            if transactional:
+                got = []
+                for _ in range(2):  # one partition per transaction
+                    with consumer.transaction(timeout=5) as batch:
+                        got += list(batch)
+            else:
+                got = consumer.poll(timeout=5, max_messages=10)
+        assert gc.isenabled()
+        assert sorted((m.partition, m.offset) for m in got) == [(0, 0), (1, 0)]
+        for message in got:
+            assert type(message) is Message
+            rebuilt = Message(
+                **{f.name: getattr(message, f.name) for f in dataclasses.fields(Message)}
+            )
+            assert message == rebuilt
+            assert repr(message) == repr(rebuilt)
+            assert pickle.loads(pickle.dumps(message)) == message
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                message.offset = 9  # type: ignore[misc]
+        first = next(m for m in got if m.partition == 0)
+        assert (first.key, first.json(), first.headers) == (
+            b"k",
+            {"n": 1},
+            {"h": "v", "b": b"\x00"},
+        )
+        assert next(m for m in got if m.partition == 1).text() == "plain"

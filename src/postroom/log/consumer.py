@@ -24,7 +24,14 @@ from .assigned import (
 )
 from .membership import DEFAULT_MAX_POLL_INTERVAL
 from .metadata import TopicCache
-from .records import Message, TopicPartition, build_message, check_offset, decode_headers
+from .records import (
+    Message,
+    TopicPartition,
+    check_offset,
+    decode_headers,
+    gc_paused,
+    new_builder,
+)
 
 POLL_INTERVAL = 0.5
 """Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
@@ -155,34 +162,37 @@ class Consumer(AssignedPartitions):
                 {**params, "limit": limit, "max_bytes": max_bytes},
                 binary=True,
             )
-            rows = cur.fetchall()
+            with gc_paused():  # thousands of row tuples (no suspension: the result is here)
+                rows = cur.fetchall()
         # The per-row loop is most of a consumer's CPU: rows come ordered by partition, so the
-        # buffer is looked up once per partition, and messages are built the fast way.
+        # buffer is looked up once per partition, and messages are built inline (one slot
+        # store per field, no call per row) with the cyclic GC paused (records.gc_paused).
         current: tuple[int, int] | None = None
         append: Any = None
         name = ""
-        for topic_id, partition, offset, key, value, headers, created_at in rows:
-            if current != (topic_id, partition):
-                current = (topic_id, partition)
-                target = self._by_id.get(current)
-                if target is None or target is not fetched.get(current):
-                    # Handed over meanwhile (or taken again, at the cursor): these rows were
-                    # fetched from the old position, for the old assignment only.
-                    append = None
-                else:
-                    append, name = target.buffer.append, target.meta.name
-            if append is not None:
-                append(
-                    build_message(
-                        name,
-                        partition,
-                        offset,
-                        key,
-                        value,
-                        {} if headers is None else decode_headers(headers),
-                        created_at,
-                    )
-                )
+        new, message_class = new_builder, Message
+        with gc_paused():
+            for topic_id, partition, offset, key, value, headers, created_at in rows:
+                if current != (topic_id, partition):
+                    current = (topic_id, partition)
+                    target = self._by_id.get(current)
+                    if target is None or target is not fetched.get(current):
+                        # Handed over meanwhile (or taken again, at the cursor): these rows were
+                        # fetched from the old position, for the old assignment only.
+                        append = None
+                    else:
+                        append, name = target.buffer.append, target.meta.name
+                if append is not None:
+                    message: Any = new()
+                    message.topic = name
+                    message.partition = partition
+                    message.offset = offset
+                    message.key = key
+                    message.value = value
+                    message.headers = {} if headers is None else decode_headers(headers)
+                    message.timestamp = created_at
+                    message.__class__ = message_class
+                    append(message)
 
     def _take(self, max_messages: int) -> list[Message]:
         taken: list[Message] = []
@@ -418,18 +428,22 @@ class Consumer(AssignedPartitions):
             if exc.sqlstate == "PRF01" and self._membership is not None:
                 self._membership.poke()  # learn which partitions moved before the next call
             raise
-        messages = []
-        for topic_id, partition, offset, key, value, headers, created_at in cur.fetchall():
-            name = order[0].meta.name
-            for assigned in order:
-                if assigned.meta.id == topic_id:
-                    name = assigned.meta.name
-                    break
-            messages.append(
-                build_message(
-                    name, partition, offset, key, value, decode_headers(headers), created_at
-                )
-            )
+        names = {assigned.meta.id: assigned.meta.name for assigned in order}
+        messages: list[Message] = []
+        append, new, message_class = messages.append, new_builder, Message
+        with gc_paused():  # as in _fetch
+            rows = cur.fetchall()
+            for topic_id, partition, offset, key, value, headers, created_at in rows:
+                message: Any = new()
+                message.topic = names.get(topic_id, order[0].meta.name)
+                message.partition = partition
+                message.offset = offset
+                message.key = key
+                message.value = value
+                message.headers = decode_headers(headers)
+                message.timestamp = created_at
+                message.__class__ = message_class
+                append(message)
         return messages
 
     # -- life cycle -----------------------------------------------------------------------
