@@ -197,13 +197,19 @@ class AsyncConsumer(AsyncAssignedPartitions):
         with self._lock:  # the heartbeat loop hands over only partitions with nothing taken
             for assigned in self._assigned.values():
                 buffer, position = assigned.buffer, assigned.position
-                while buffer and len(taken) < max_messages:
-                    message = buffer.popleft()
-                    if message.offset < position:
-                        continue  # superseded by a seek or a transactional claim
-                    taken.append(message)
-                    position = message.offset + 1
-                assigned.position = position
+                # Offsets ascend in a buffer: drop those superseded by a seek or a
+                # transactional claim, then move the rest over whole (no step per message).
+                while buffer and buffer[0].offset < position:
+                    buffer.popleft()
+                room = max_messages - len(taken)
+                if not buffer or room <= 0:
+                    continue
+                if len(buffer) <= room:
+                    taken.extend(buffer)
+                    buffer.clear()
+                else:
+                    taken.extend([buffer.popleft() for _ in range(room)])
+                assigned.position = taken[-1].offset + 1
         return taken
 
     async def _wait_for_wakeup(self, timeout: float) -> None:
