@@ -202,3 +202,19 @@ def test_consumed_messages_are_ordinary_frozen_messages(any_client: postroom.Cli
             {"h": "v", "b": b"\x00"},
         )
         assert next(m for m in got if m.partition == 1).text() == "plain"
+
+
+def test_polls_continue_after_a_transactional_claim(any_client: postroom.Client) -> None:
+    """poll() takes whole runs of its fetched buffer (no step per message): positions still
+    follow the messages taken, a transactional claim between polls, and a seek back."""
+    any_client.create_topic("t")
+    any_client.publish_batch("t", [f"m{i}" for i in range(10)])
+    with any_client.consumer("g", "t") as consumer:
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=2)] == [0, 1]
+        consumer.commit()
+        with consumer.transaction(max_messages=3, timeout=5) as batch:
+            assert [m.offset for m in batch] == [2, 3, 4]
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=2)] == [5, 6]
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=10)] == [7, 8, 9]
+        consumer.seek(TopicPartition("t", 0), 3)
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=10)] == list(range(3, 10))
