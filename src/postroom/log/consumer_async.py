@@ -19,6 +19,7 @@ from .assigned_async import (
     DEFAULT_SESSION_TIMEOUT,
     AsyncAssignedPartitions,
     OffsetReset,
+    _Assigned,
 )
 from .membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .metadata_async import AsyncTopicCache
@@ -160,37 +161,47 @@ class AsyncConsumer(AsyncAssignedPartitions):
                 {**params, "limit": limit, "max_bytes": max_bytes},
                 binary=True,
             )
-            with gc_paused():  # thousands of row tuples (no suspension: the result is here)
+            # The cyclic GC paused while the rows are made and turned into messages (no
+            # suspension inside: the result is here), and the rows freed before it resumes:
+            # records.gc_paused. Inside the connection block so the pause ends before the
+            # commit's round trip, not after it.
+            with gc_paused():
                 rows = await cur.fetchall()
+                self._buffer(rows, fetched)
+                del rows
+
+    def _buffer(
+        self, rows: list[tuple[Any, ...]], fetched: dict[tuple[int, int], _Assigned]
+    ) -> None:
+        """Append fetched rows to their partitions' buffers as messages."""
         # The per-row loop is most of a consumer's CPU: rows come ordered by partition, so the
         # buffer is looked up once per partition, and messages are built inline (one slot
-        # store per field, no call per row) with the cyclic GC paused (records.gc_paused).
+        # store per field, no call per row).
         current: tuple[int, int] | None = None
         append: Any = None
         name = ""
         new, message_class = new_builder, Message
-        with gc_paused():
-            for topic_id, partition, offset, key, value, headers, created_at in rows:
-                if current != (topic_id, partition):
-                    current = (topic_id, partition)
-                    target = self._by_id.get(current)
-                    if target is None or target is not fetched.get(current):
-                        # Handed over meanwhile (or taken again, at the cursor): these rows were
-                        # fetched from the old position, for the old assignment only.
-                        append = None
-                    else:
-                        append, name = target.buffer.append, target.meta.name
-                if append is not None:
-                    message: Any = new()
-                    message.topic = name
-                    message.partition = partition
-                    message.offset = offset
-                    message.key = key
-                    message.value = value
-                    message.headers = {} if headers is None else decode_headers(headers)
-                    message.timestamp = created_at
-                    message.__class__ = message_class
-                    append(message)
+        for topic_id, partition, offset, key, value, headers, created_at in rows:
+            if current != (topic_id, partition):
+                current = (topic_id, partition)
+                target = self._by_id.get(current)
+                if target is None or target is not fetched.get(current):
+                    # Handed over meanwhile (or taken again, at the cursor): these rows were
+                    # fetched from the old position, for the old assignment only.
+                    append = None
+                else:
+                    append, name = target.buffer.append, target.meta.name
+            if append is not None:
+                message: Any = new()
+                message.topic = name
+                message.partition = partition
+                message.offset = offset
+                message.key = key
+                message.value = value
+                message.headers = {} if headers is None else decode_headers(headers)
+                message.timestamp = created_at
+                message.__class__ = message_class
+                append(message)
 
     def _take(self, max_messages: int) -> list[Message]:
         taken: list[Message] = []
@@ -452,6 +463,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
                 message.timestamp = created_at
                 message.__class__ = message_class
                 append(message)
+            del rows
         return messages
 
     # -- life cycle -----------------------------------------------------------------------
