@@ -218,3 +218,29 @@ def test_polls_continue_after_a_transactional_claim(any_client: postroom.Client)
         assert [m.offset for m in consumer.poll(timeout=5, max_messages=10)] == [7, 8, 9]
         consumer.seek(TopicPartition("t", 0), 3)
         assert [m.offset for m in consumer.poll(timeout=5, max_messages=10)] == list(range(3, 10))
+
+
+@pytest.mark.parametrize("asyncio_client", [False, True], ids=["sync", "async"])
+def test_a_poll_hands_its_connection_back_out_of_autocommit(dsn: str, asyncio_client: bool) -> None:
+    """The fetch runs in autocommit (one round trip); the pooled connection goes back as it
+    came, so the next user of the pool (here a transactional publish) gets a transaction."""
+
+    async def check_async() -> None:
+        async with await postroom.connect_async(dsn, min_size=1, max_size=2) as client:
+            await client.create_topic("t")
+            await client.publish("t", "a")
+            async with client.consumer("g", "t") as consumer:
+                assert [m.text() for m in await consumer.poll(timeout=5)] == ["a"]
+            idle = list(client._db.pool._pool)  # the pool's idle connections
+            assert idle and not any(conn.autocommit for conn in idle)
+
+    if asyncio_client:
+        asyncio.run(check_async())
+        return
+    with postroom.connect(dsn, min_size=1, max_size=2) as client:
+        client.create_topic("t")
+        client.publish("t", "a")
+        with client.consumer("g", "t") as consumer:
+            assert [m.text() for m in consumer.poll(timeout=5)] == ["a"]
+        idle = list(client._db.pool._pool)
+        assert idle and not any(conn.autocommit for conn in idle)

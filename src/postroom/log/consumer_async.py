@@ -156,19 +156,25 @@ class AsyncConsumer(AsyncAssignedPartitions):
             return
         fetched = {(a.meta.id, a.partition): a for a in assigned}
         async with self._db.connection() as conn:
-            cur = await conn.execute(
-                self._db.q("fetch_messages"),
-                {**params, "limit": limit, "max_bytes": max_bytes},
-                binary=True,
-            )
-            # The cyclic GC paused while the rows are made and turned into messages (no
-            # suspension inside: the result is here), and the rows freed before it resumes:
-            # records.gc_paused. Inside the connection block so the pause ends before the
-            # commit's round trip, not after it.
-            with gc_paused():
-                rows = await cur.fetchall()
-                self._buffer(rows, fetched)
-                del rows
+            # One statement, one snapshot: in autocommit it is one round trip, not three
+            # (BEGIN, the query, COMMIT).
+            await conn.set_autocommit(True)
+            try:
+                cur = await conn.execute(
+                    self._db.q("fetch_messages"),
+                    {**params, "limit": limit, "max_bytes": max_bytes},
+                    binary=True,
+                )
+                # The cyclic GC paused while the rows are made and turned into messages (no
+                # suspension inside: the result is here), and the rows freed before it
+                # resumes: records.gc_paused.
+                with gc_paused():
+                    rows = await cur.fetchall()
+                    self._buffer(rows, fetched)
+                    del rows
+            finally:
+                if not conn.closed:  # a broken connection is dropped by the pool as it is
+                    await conn.set_autocommit(False)
 
     def _buffer(
         self, rows: list[tuple[Any, ...]], fetched: dict[tuple[int, int], _Assigned]
