@@ -120,7 +120,7 @@ def gc_paused() -> Iterator[None]:
 
     Each message is a GC-tracked object that lives until the caller has handled its batch, so
     building a batch of 5,000 ran a dozen young collections and every few batches a full one
-    that walked every object of the process: about 30% of a consumer's CPU (py-spy; see
+    that walked every object of the process: 20-30% of a consumer's CPU (gc.callbacks; see
     bench/RESULTS.md). The loop creates no reference cycles, so nothing is lost by collecting
     once, after it. Left off if it was off already (the caller's choice stands).
     """
