@@ -62,3 +62,22 @@ def test_build_message_makes_an_ordinary_frozen_message() -> None:
     assert built.json() == {"x": 1}
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.offset = 8  # type: ignore[misc]
+
+
+def test_gc_paused_restores_the_collector_state_even_on_error() -> None:
+    import gc
+
+    from postroom.log.records import gc_paused
+
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError), gc_paused():
+        assert not gc.isenabled()
+        1 / 0  # noqa: B018
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the caller's choice stands
+    finally:
+        gc.enable()

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 
 import postroom
 from postroom import TopicPartition
@@ -157,3 +158,89 @@ def test_async_api_mirrors_the_sync_one(dsn: str) -> None:
             assert (await client.describe_group("g")).lag == 40
 
     asyncio.run(main())
+
+
+def test_consumed_messages_are_ordinary_frozen_messages(any_client: postroom.Client) -> None:
+    """poll() and transaction() build messages on a fast path (records.MessageBuilder, the
+    cyclic GC paused): they must compare, pickle and repr as ``Message(...)`` does, and
+    leave the collector as they found it."""
+    import dataclasses
+    import gc
+    import pickle
+
+    from postroom import Message
+
+    any_client.create_topic("t", partitions=2)
+    any_client.publish("t", b'{"n": 1}', key="k", headers={"h": "v", "b": b"\x00"}, partition=0)
+    any_client.publish("t", "plain", partition=1)
+    for transactional in (False, True):
+        group = f"g-{transactional}"
+        with any_client.consumer(group, "t") as consumer:
+            if transactional:
+                got = []
+                for _ in range(2):  # one partition per transaction
+                    with consumer.transaction(timeout=5) as batch:
+                        got += list(batch)
+            else:
+                got = consumer.poll(timeout=5, max_messages=10)
+        assert gc.isenabled()
+        assert sorted((m.partition, m.offset) for m in got) == [(0, 0), (1, 0)]
+        for message in got:
+            assert type(message) is Message
+            rebuilt = Message(
+                **{f.name: getattr(message, f.name) for f in dataclasses.fields(Message)}
+            )
+            assert message == rebuilt
+            assert repr(message) == repr(rebuilt)
+            assert pickle.loads(pickle.dumps(message)) == message
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                message.offset = 9  # type: ignore[misc]
+        first = next(m for m in got if m.partition == 0)
+        assert (first.key, first.json(), first.headers) == (
+            b"k",
+            {"n": 1},
+            {"h": "v", "b": b"\x00"},
+        )
+        assert next(m for m in got if m.partition == 1).text() == "plain"
+
+
+def test_polls_continue_after_a_transactional_claim(any_client: postroom.Client) -> None:
+    """poll() takes whole runs of its fetched buffer (no step per message): positions still
+    follow the messages taken, a transactional claim between polls, and a seek back."""
+    any_client.create_topic("t")
+    any_client.publish_batch("t", [f"m{i}" for i in range(10)])
+    with any_client.consumer("g", "t") as consumer:
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=2)] == [0, 1]
+        consumer.commit()
+        with consumer.transaction(max_messages=3, timeout=5) as batch:
+            assert [m.offset for m in batch] == [2, 3, 4]
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=2)] == [5, 6]
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=10)] == [7, 8, 9]
+        consumer.seek(TopicPartition("t", 0), 3)
+        assert [m.offset for m in consumer.poll(timeout=5, max_messages=10)] == list(range(3, 10))
+
+
+@pytest.mark.parametrize("asyncio_client", [False, True], ids=["sync", "async"])
+def test_a_poll_hands_its_connection_back_out_of_autocommit(dsn: str, asyncio_client: bool) -> None:
+    """The fetch runs in autocommit (one round trip); the pooled connection goes back as it
+    came, so the next user of the pool (here a transactional publish) gets a transaction."""
+
+    async def check_async() -> None:
+        async with await postroom.connect_async(dsn, min_size=1, max_size=2) as client:
+            await client.create_topic("t")
+            await client.publish("t", "a")
+            async with client.consumer("g", "t") as consumer:
+                assert [m.text() for m in await consumer.poll(timeout=5)] == ["a"]
+            idle = list(client._db.pool._pool)  # the pool's idle connections
+            assert idle and not any(conn.autocommit for conn in idle)
+
+    if asyncio_client:
+        asyncio.run(check_async())
+        return
+    with postroom.connect(dsn, min_size=1, max_size=2) as client:
+        client.create_topic("t")
+        client.publish("t", "a")
+        with client.consumer("g", "t") as consumer:
+            assert [m.text() for m in consumer.poll(timeout=5)] == ["a"]
+        idle = list(client._db.pool._pool)
+        assert idle and not any(conn.autocommit for conn in idle)

@@ -21,10 +21,18 @@ from .assigned import (
     DEFAULT_SESSION_TIMEOUT,
     AssignedPartitions,
     OffsetReset,
+    _Assigned,
 )
 from .membership import DEFAULT_MAX_POLL_INTERVAL
 from .metadata import TopicCache
-from .records import Message, TopicPartition, build_message, check_offset, decode_headers
+from .records import (
+    Message,
+    TopicPartition,
+    check_offset,
+    decode_headers,
+    gc_paused,
+    new_builder,
+)
 
 POLL_INTERVAL = 0.5
 """Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
@@ -150,17 +158,37 @@ class Consumer(AssignedPartitions):
             return
         fetched = {(a.meta.id, a.partition): a for a in assigned}
         with self._db.connection() as conn:
-            cur = conn.execute(
-                self._db.q("fetch_messages"),
-                {**params, "limit": limit, "max_bytes": max_bytes},
-                binary=True,
-            )
-            rows = cur.fetchall()
+            # One statement, one snapshot: in autocommit it is one round trip, not three
+            # (BEGIN, the query, COMMIT).
+            conn.set_autocommit(True)
+            try:
+                cur = conn.execute(
+                    self._db.q("fetch_messages"),
+                    {**params, "limit": limit, "max_bytes": max_bytes},
+                    binary=True,
+                )
+                # The cyclic GC paused while the rows are made and turned into messages (no
+                # suspension inside: the result is here), and the rows freed before it
+                # resumes: records.gc_paused.
+                with gc_paused():
+                    rows = cur.fetchall()
+                    self._buffer(rows, fetched)
+                    del rows
+            finally:
+                if not conn.closed:  # a broken connection is dropped by the pool as it is
+                    conn.set_autocommit(False)
+
+    def _buffer(
+        self, rows: list[tuple[Any, ...]], fetched: dict[tuple[int, int], _Assigned]
+    ) -> None:
+        """Append fetched rows to their partitions' buffers as messages."""
         # The per-row loop is most of a consumer's CPU: rows come ordered by partition, so the
-        # buffer is looked up once per partition, and messages are built the fast way.
+        # buffer is looked up once per partition, and messages are built inline (one slot
+        # store per field, no call per row).
         current: tuple[int, int] | None = None
         append: Any = None
         name = ""
+        new, message_class = new_builder, Message
         for topic_id, partition, offset, key, value, headers, created_at in rows:
             if current != (topic_id, partition):
                 current = (topic_id, partition)
@@ -172,30 +200,35 @@ class Consumer(AssignedPartitions):
                 else:
                     append, name = target.buffer.append, target.meta.name
             if append is not None:
-                append(
-                    build_message(
-                        name,
-                        partition,
-                        offset,
-                        key,
-                        value,
-                        {} if headers is None else decode_headers(headers),
-                        created_at,
-                    )
-                )
+                message: Any = new()
+                message.topic = name
+                message.partition = partition
+                message.offset = offset
+                message.key = key
+                message.value = value
+                message.headers = {} if headers is None else decode_headers(headers)
+                message.timestamp = created_at
+                message.__class__ = message_class
+                append(message)
 
     def _take(self, max_messages: int) -> list[Message]:
         taken: list[Message] = []
         with self._lock:  # the heartbeat loop hands over only partitions with nothing taken
             for assigned in self._assigned.values():
                 buffer, position = assigned.buffer, assigned.position
-                while buffer and len(taken) < max_messages:
-                    message = buffer.popleft()
-                    if message.offset < position:
-                        continue  # superseded by a seek or a transactional claim
-                    taken.append(message)
-                    position = message.offset + 1
-                assigned.position = position
+                # Offsets ascend in a buffer: drop those superseded by a seek or a
+                # transactional claim, then move the rest over whole (no step per message).
+                while buffer and buffer[0].offset < position:
+                    buffer.popleft()
+                room = max_messages - len(taken)
+                if not buffer or room <= 0:
+                    continue
+                if len(buffer) <= room:
+                    taken.extend(buffer)
+                    buffer.clear()
+                else:
+                    taken.extend([buffer.popleft() for _ in range(room)])
+                assigned.position = taken[-1].offset + 1
         return taken
 
     def _wait_for_wakeup(self, timeout: float) -> None:
@@ -418,18 +451,23 @@ class Consumer(AssignedPartitions):
             if exc.sqlstate == "PRF01" and self._membership is not None:
                 self._membership.poke()  # learn which partitions moved before the next call
             raise
-        messages = []
-        for topic_id, partition, offset, key, value, headers, created_at in cur.fetchall():
-            name = order[0].meta.name
-            for assigned in order:
-                if assigned.meta.id == topic_id:
-                    name = assigned.meta.name
-                    break
-            messages.append(
-                build_message(
-                    name, partition, offset, key, value, decode_headers(headers), created_at
-                )
-            )
+        names = {assigned.meta.id: assigned.meta.name for assigned in order}
+        messages: list[Message] = []
+        append, new, message_class = messages.append, new_builder, Message
+        with gc_paused():  # as in _fetch
+            rows = cur.fetchall()
+            for topic_id, partition, offset, key, value, headers, created_at in rows:
+                message: Any = new()
+                message.topic = names.get(topic_id, order[0].meta.name)
+                message.partition = partition
+                message.offset = offset
+                message.key = key
+                message.value = value
+                message.headers = decode_headers(headers)
+                message.timestamp = created_at
+                message.__class__ = message_class
+                append(message)
+            del rows
         return messages
 
     # -- life cycle -----------------------------------------------------------------------
