@@ -99,6 +99,10 @@ class RetentionRunner:
                 try:
                     removed = self._expire(conn)
                     if removed and self._owns_messages(conn):
+                        if conn.info.server_version >= 150000:
+                            # The deletes' counts first: flushed after the VACUUM's report
+                            # they would show its removed rows as dead tuples again.
+                            conn.execute(self._db.q("flush_statistics"))
                         conn.execute(self._db.q("vacuum_messages"), prepare=False)
                         self.vacuums += 1
                 finally:

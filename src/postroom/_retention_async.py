@@ -97,6 +97,10 @@ class AsyncRetentionRunner:
                 try:
                     removed = await self._expire(conn)
                     if removed and await self._owns_messages(conn):
+                        if conn.info.server_version >= 150000:
+                            # The deletes' counts first: flushed after the VACUUM's report
+                            # they would show its removed rows as dead tuples again.
+                            await conn.execute(self._db.q("flush_statistics"))
                         await conn.execute(self._db.q("vacuum_messages"), prepare=False)
                         self.vacuums += 1
                 finally:

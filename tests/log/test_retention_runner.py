@@ -87,6 +87,29 @@ def test_the_runner_vacuums_messages_when_its_role_owns_them(
     assert runner.vacuums == 1  # nothing deleted, nothing to vacuum
 
 
+def dead_tuples(dsn: str) -> int:
+    return int(
+        scalar(
+            dsn,
+            "SELECT n_dead_tup FROM pg_stat_user_tables "
+            "WHERE schemaname = 'postroom' AND relname = 'messages'",
+        )
+    )
+
+
+def test_the_statistics_show_no_dead_tuples_after_the_runner(dsn: str) -> None:
+    """The deletes' statistics are sent before the VACUUM reports, not after it, where they
+    would show the removed rows as dead again (and wake autovacuum for nothing)."""
+    with postroom.connect(dsn) as client:
+        client.create_topic("t", retention=timedelta(hours=1))
+        client.publish_batch("t", list(range(50)))
+        age_messages(dsn, 2)
+        runner = RetentionRunner(client._db, interval=60, stopping=Event())
+        assert runner.run_once() == 50
+    # The runner's sessions ended: every statistic they held is sent.
+    assert dead_tuples(dsn) == 0
+
+
 def retention_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("postroom-retention-")]
 

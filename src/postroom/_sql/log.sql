@@ -271,6 +271,11 @@ SELECT pg_advisory_unlock(hashtext('postroom.retention-runner'), hashtext(%(sche
 SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class
 WHERE oid = '{schema}.messages'::regclass;
 
+-- name: flush_statistics
+-- Makes this session send its pending table statistics now, not up to a second later (PG15+,
+-- no locks): sent after the VACUUM they would count the rows it removed as dead again.
+SELECT pg_stat_force_next_flush();
+
 -- name: vacuum_messages
 -- Vacuums messages after retention deleted rows, whatever autovacuum does (SHARE UPDATE
 -- EXCLUSIVE: writers and readers go on meanwhile).
