@@ -267,8 +267,7 @@ def format_report(result: dict[str, Any]) -> str:
     lines += [
         f"  backlog of {b['messages']:,}: retention deleted {b['removed']:,} in "
         f"{b['delete_ms']:,.1f} ms, then VACUUM {b['vacuum_ms']:,.1f} ms (total {total:,.1f} ms;"
-        f" messages {b['bytes_before']:,} bytes before, {b['bytes_after']:,} after: the space is"
-        " reused, not returned)",
+        f" messages {b['bytes_before']:,} bytes before, {b['bytes_after']:,} after)",
     ]
     return "\n".join(lines)
 
