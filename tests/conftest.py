@@ -58,6 +58,10 @@ import postroom
 
 from .blocking import Blocking, EventLoopThread
 
+# The retention runner (src/postroom/_retention_async.py) would expire messages behind the
+# tests' backs; the tests that exercise it turn it on themselves.
+os.environ.setdefault("POSTROOM_RETENTION_INTERVAL", "off")
+
 SERVERS = ("pg15", "pg18")
 CLIENTS = ("sync", "async")
 _counter = itertools.count()

@@ -133,3 +133,25 @@ def test_the_benchmarks_contract_forbids_every_module_outside_the_public_api() -
     public = {"postroom.benchmarks", "postroom.errors", "postroom.embedded"}
     missing = modules - public - set(contract["forbidden_modules"])
     assert not missing, f"add {sorted(missing)} to the benchmarks contract"
+
+
+def test_quick_churn_benchmark_reports_every_figure(dsn: str) -> None:
+    from postroom.benchmarks import churn
+
+    settings = churn.Settings(
+        seconds=3.0,
+        rate=300,
+        partitions=2,
+        retention_seconds=1.0,
+        runner_interval=0.5,
+        sample_every=1.0,
+        backlog=3_000,
+    )
+    result = churn.run(dsn, settings)
+    soak = result["churn"]
+    assert soak["errors"] == [] and soak["produced"] > 0
+    assert soak["consumed"] + soak["final_lag"] == soak["produced"]
+    assert len(soak["samples"]) >= 3 and {"start", "max", "end"} <= set(soak["dead_tuples"])
+    assert result["backlog"]["removed"] == 3_000
+    report = churn.format_report(result)
+    assert "messages dead tuples" in report and "VACUUM" in report

@@ -167,10 +167,16 @@ class AsyncClient(AsyncQueueFacade):
         await self._admin.create_topic(name, partitions, retention, max_lag, group_ttl)
 
     async def alter_topic(
-        self, name: str, *, max_lag: int | None = UNSET, group_ttl: timedelta | None = UNSET
+        self,
+        name: str,
+        *,
+        max_lag: int | None = UNSET,
+        group_ttl: timedelta | None = UNSET,
+        retention: timedelta | None = UNSET,
     ) -> None:
-        """Change a topic's ``max_lag`` or ``group_ttl`` (None: off / the default)."""
-        await self._admin.alter_topic(name, max_lag, group_ttl)
+        """Change a topic's ``max_lag``, ``group_ttl`` or ``retention`` (None: off / the
+        default / keep every message). Arguments left out stay as they are."""
+        await self._admin.alter_topic(name, max_lag, group_ttl, retention)
 
     async def list_topics(self) -> list[TopicInfo]:
         return await self._admin.list_topics()
@@ -195,8 +201,10 @@ class AsyncClient(AsyncQueueFacade):
         A group is active while it committed within ``group_expiry``; an expired group no longer
         pins the log, and its lag then counts messages it will never see. Deletes at most
         ``batch_size`` messages per partition per call, so each transaction stays short; returns
-        how many it deleted (call again while it returns a full batch). Run it periodically,
-        from a cron job or ``postroom topic retention``: nothing in postroom runs it for you.
+        how many it deleted (call again while it returns a full batch). Running group members
+        and workers do this (with the defaults) every 30 s by themselves, and VACUUM
+        ``messages`` afterwards when their role owns it; ``POSTROOM_RETENTION_INTERVAL=off``
+        turns that off (docs/log.md, "Retention").
         """
         return await self._admin.apply_retention(group_expiry, batch_size)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -12,9 +13,12 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import postroom
+from postroom._acompat import Event
+from postroom._retention import RetentionRunner
 from postroom.errors import PermissionDenied
 
 from ..roles import login_role as make_login_role
+from .test_retention import age_messages
 
 DENIED = psycopg.errors.InsufficientPrivilege
 NOT_RESERVED = psycopg.errors.CheckViolation
@@ -255,3 +259,67 @@ def test_the_write_path_of_older_versions_still_works_for_the_owner(
             copy.write_row((tid, 0, first + 1, b"b"))
     with client.consumer("g", "orders") as consumer:
         assert [m.text() for m in consumer.poll(timeout=1)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("capability", ["producer", "consumer"])
+def test_producer_and_consumer_roles_run_retention_without_table_rights(
+    client: postroom.Client, login_role: str, capability: str
+) -> None:
+    client.create_topic("t", retention=timedelta(hours=1))
+    client.publish_batch("t", list(range(5)))
+    age_messages(client.conninfo, 2)
+    client.grant(login_role, capability)
+    with psycopg.connect(role_url(client, login_role), autocommit=True) as conn:
+        for right in ("DELETE", "UPDATE", "TRUNCATE"):
+            row = conn.execute(
+                "SELECT has_table_privilege('postroom.messages', %s)", [right]
+            ).fetchone()
+            assert row == (False,), right
+        with refused(DENIED, conn):
+            conn.execute("DELETE FROM postroom.messages")
+        with refused(DENIED, conn):  # the defaults only: no shorter group expiry of its own
+            conn.execute("SELECT postroom.expire_messages(interval '1 second', 10)")
+        with refused(DENIED, conn):
+            conn.execute("UPDATE postroom.topics SET retention = interval '1 second'")
+    with postroom.connect(role_url(client, login_role)) as as_role:
+        runner = RetentionRunner(as_role._db, interval=60, stopping=Event())
+        assert runner.run_once() == 5  # through run_retention (SECURITY DEFINER)
+        assert runner.vacuums == 0  # not the owner of messages: VACUUM left to autovacuum
+    assert client.describe_topic("t").partition_info[0].messages == 0
+
+
+def test_roles_granted_before_0011_may_run_retention(
+    client: postroom.Client, login_role: str
+) -> None:
+    """An install upgraded from 0010 had consumers with EXECUTE on claim_range and no
+    run_retention: migration 0011 grants it, so their retention runners work at once."""
+    from postroom import _sql
+
+    schema = sql.Identifier("upgraded11")
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {}.schema_migrations (version integer PRIMARY KEY, name text NOT"
+                " NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(schema)
+        )
+        for migration in _sql.migrations()[:-1]:
+            conn.execute(_sql.render(migration.statement, "upgraded11"))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(
+                    schema
+                ),
+                [migration.version, migration.name],
+            )
+        conn.execute(
+            sql.SQL(
+                "GRANT USAGE ON SCHEMA {s} TO {r};"
+                " GRANT EXECUTE ON FUNCTION {s}.claim_range(text, integer[], integer[], integer)"
+                " TO {r}"
+            ).format(s=schema, r=sql.Identifier(login_role))
+        )
+    with postroom.connect(client.conninfo, schema="upgraded11") as owner:
+        assert owner.migrate() == ["0011_retention_runner"]
+    with psycopg.connect(role_url(client, login_role), autocommit=True) as conn:
+        assert conn.execute(sql.SQL("SELECT {}.run_retention()").format(schema)).fetchone() == (0,)

@@ -5,8 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import psycopg
+import pytest
+from typer.testing import CliRunner
 
 import postroom
+from postroom.cli.main import app
+from postroom.errors import InvalidArgument, TopicNotFound
 
 
 def age_messages(conninfo: str, hours: int) -> None:
@@ -59,3 +63,44 @@ def test_an_expired_group_does_not_pin_the_log(any_client: postroom.Client) -> N
     assert any_client.apply_retention() == 4
     group = any_client.describe_group("abandoned")
     assert group.lag == 4  # messages it will never see
+
+
+def test_alter_topic_retention(any_client: postroom.Client, dsn: str) -> None:
+    any_client.create_topic("t", max_lag=5)
+    any_client.alter_topic("t", retention=timedelta(hours=2))
+    info = any_client.describe_topic("t")
+    assert (info.retention_seconds, info.max_lag) == (7200, 5)  # the rest stays as it was
+    any_client.alter_topic("t", retention=None)
+    assert any_client.describe_topic("t").retention_seconds is None
+    for bad in (timedelta(0), timedelta(seconds=-1), 3600, "1h"):
+        with pytest.raises(InvalidArgument, match="invalid retention"):
+            any_client.alter_topic("t", retention=bad)  # type: ignore[arg-type]
+    with pytest.raises(TopicNotFound, match="nope"):
+        any_client.alter_topic("nope", retention=timedelta(hours=1))
+
+
+def test_alter_topic_retention_takes_effect_at_once(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    any_client.publish_batch("t", list(range(3)))
+    age_messages(any_client.conninfo, 2)
+    assert any_client.apply_retention() == 0  # no retention: kept forever
+    any_client.alter_topic("t", retention=timedelta(hours=1))
+    assert any_client.apply_retention() == 3
+
+
+def test_topic_alter_retention_cli(client: postroom.Client, dsn: str) -> None:
+    client.create_topic("t")
+    runner = CliRunner()
+    result = runner.invoke(app, ["--url", dsn, "topic", "alter", "t", "--retention", "1d12h"])
+    assert result.exit_code == 0, result.output
+    assert client.describe_topic("t").retention_seconds == 129600
+    result = runner.invoke(app, ["--url", dsn, "topic", "alter", "t", "--retention", "none"])
+    assert result.exit_code == 0, result.output
+    assert client.describe_topic("t").retention_seconds is None
+    for bad in ("0s", "soon"):
+        result = runner.invoke(app, ["--url", dsn, "topic", "alter", "t", "--retention", bad])
+        assert result.exit_code == 1 and "invalid duration" in result.output, result.output
+        assert repr(bad) in result.output and "Traceback" not in result.output
+    result = runner.invoke(app, ["--url", dsn, "topic", "alter", "nope", "--retention", "1d"])
+    assert result.exit_code == 1 and "nope" in result.output, result.output
+    assert "Traceback" not in result.output

@@ -26,13 +26,24 @@ def test_the_retention_bounds_are_computed_once(client: postroom.Client) -> None
     client.create_topic("t", retention=timedelta(days=1))
     backlog(client, "t", 100)
     with psycopg.connect(client.conninfo) as conn:
-        from postroom import _sql
-
-        query = _sql.render(_sql.all_queries()["apply_retention"], "postroom")
-        plan = "\n".join(
+        # apply_retention calls expire_messages (migration 0011): explain its body, with the
+        # function's parameters as the statement's.
+        row = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid = "
+            "'postroom.expire_messages(interval, integer)'::regprocedure"
+        ).fetchone()
+        assert row is not None
+        body = (
             row[0]
-            for row in conn.execute(
-                psycopg.sql.SQL("EXPLAIN ") + query,
+            .strip()
+            .rstrip(";")
+            .replace("p_group_expiry", "%(group_expiry)s::interval")
+            .replace("p_batch", "%(batch)s::integer")
+        )
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                ("EXPLAIN " + body).encode(),
                 {"group_expiry": timedelta(days=7), "batch": 10000},
             )
         )

@@ -6,7 +6,8 @@
 -- name: grant_producer
 -- Publish to any topic: read topic names and partition counts, reserve offsets and copy messages
 -- into them (a trigger refuses rows outside this transaction's reservation), the SQL publish API.
--- No UPDATE or DELETE anywhere, no SELECT on messages.
+-- No UPDATE or DELETE anywhere, no SELECT on messages. run_retention: the retention runner's
+-- round with the defaults (it removes only what the topics' settings allow).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.topics TO {role};
 GRANT INSERT ON {schema}.messages TO {role};
@@ -17,12 +18,14 @@ GRANT EXECUTE ON FUNCTION
     {schema}.publish_batch(text, jsonb[], text[], jsonb[]),
     {schema}.publish(text, bytea, bytea, jsonb),
     {schema}.publish(text, text, text, jsonb),
-    {schema}.publish(text, jsonb, text, jsonb)
+    {schema}.publish(text, jsonb, text, jsonb),
+    {schema}.run_retention()
 TO {role};
 
 -- name: grant_consumer
 -- Consume any topic in any group: read messages, topics, counters and cursors; create cursors,
--- move them forward and claim ranges through functions. No table writes.
+-- move them forward and claim ranges through functions; run the retention runner's round
+-- (run_retention, the defaults). No table writes.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.topics, {schema}.partitions, {schema}.messages,
                 {schema}.messages_view, {schema}.cursors TO {role};
@@ -42,7 +45,8 @@ GRANT EXECUTE ON FUNCTION
     {schema}.consume(text, text, integer, integer),
     {schema}.commit(text, text, integer, bigint),
     {schema}.seek(text, text, integer, bigint),
-    {schema}.lag(text, text)
+    {schema}.lag(text, text),
+    {schema}.run_retention()
 TO {role};
 
 -- name: grant_admin

@@ -69,10 +69,12 @@ SELECT %(topic_id)s, p, (SELECT t.max_lag FROM {schema}.topics t WHERE t.id = %(
 FROM generate_series(%(current)s::integer, %(total)s::integer - 1) AS p;
 
 -- name: alter_topic
--- Sets a topic's max_lag and group_ttl (NULL: off / the default) on the topic row and its
--- counter rows (row locks on both; waits for writers in flight on the topic). Returns the id.
+-- Sets a topic's max_lag, group_ttl and retention (NULL: off / the default / keep every
+-- message) on the topic row, and max_lag on its counter rows (row locks on both; waits for
+-- writers in flight on the topic). Returns the id.
 WITH topic AS (
-    UPDATE {schema}.topics SET max_lag = %(max_lag)s, group_ttl = %(group_ttl)s::interval
+    UPDATE {schema}.topics SET max_lag = %(max_lag)s, group_ttl = %(group_ttl)s::interval,
+                               retention = %(retention)s::interval
     WHERE name = %(name)s RETURNING id
 ), counters AS (
     UPDATE {schema}.partitions p SET max_lag = %(max_lag)s FROM topic WHERE p.topic_id = topic.id
@@ -80,8 +82,8 @@ WITH topic AS (
 SELECT id FROM topic;
 
 -- name: topic_limits
--- A topic's max_lag and group_ttl (no locks).
-SELECT max_lag, group_ttl FROM {schema}.topics WHERE name = %(name)s;
+-- A topic's max_lag, group_ttl and retention (no locks).
+SELECT max_lag, group_ttl, retention FROM {schema}.topics WHERE name = %(name)s;
 
 -- name: reserve_offsets
 -- Reserves the given count of offsets on each given partition for this transaction and returns the first
@@ -243,43 +245,38 @@ DELETE FROM {schema}.cursors WHERE group_name = %(group)s;
 
 -- name: apply_retention
 -- Deletes, in every partition of the topics that have a retention, up to the batch size of the
--- oldest messages that are both older than the retention and read by every active group
--- (_group_active, migration 0009: a live member, or activity within the topic's group_ttl, else
--- the given group expiry); expired groups do not pin the log. Row locks on the
--- deleted messages only; writers append above them and are not blocked. Returns the count.
--- Linear: the bounds are computed once per partition (MATERIALIZED, else the planner inlines
--- them into the delete and evaluates them per row), the search for the first unexpired message
--- looks at one batch of offsets at most, and the delete is a primary-key range scan.
-WITH bounds AS MATERIALIZED (
-    SELECT p.topic_id, p.partition,
-           least(active.floor, coalesce(fresh."offset", batch.upto)) AS keep_from
-    FROM {schema}.partitions p
-    JOIN {schema}.topics t ON t.id = p.topic_id
-    CROSS JOIN LATERAL (
-        SELECT coalesce(min(c.next_offset), p.next_offset) AS floor
-        FROM {schema}.cursors c
-        WHERE c.topic_id = p.topic_id AND c.partition = p.partition
-          AND {schema}._group_active(c.group_name, c.updated_at,
-                                     coalesce(t.group_ttl, %(group_expiry)s::interval))
-    ) active
-    CROSS JOIN LATERAL (
-        SELECT least(coalesce(min(m."offset"), p.next_offset) + %(batch)s, p.next_offset) AS upto
-        FROM {schema}.messages m
-        WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-    ) batch
-    LEFT JOIN LATERAL (
-        SELECT m."offset"
-        FROM {schema}.messages m
-        WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-          AND m."offset" < batch.upto AND m.created_at >= now() - t.retention
-        ORDER BY m."offset"
-        LIMIT 1
-    ) fresh ON true
-    WHERE t.retention IS NOT NULL
-), deleted AS (
-    DELETE FROM {schema}.messages m
-    USING bounds b
-    WHERE m.topic_id = b.topic_id AND m.partition = b.partition AND m."offset" < b.keep_from
-    RETURNING 1
-)
-SELECT count(*) FROM deleted;
+-- oldest messages that are both older than the retention and read by every active group (the
+-- given group expiry for groups without a topic group_ttl); expired groups do not pin the log.
+-- SQL function expire_messages (migration 0011: linear, row locks on the deleted messages only,
+-- writers not blocked). Returns the count.
+SELECT {schema}.expire_messages(%(group_expiry)s::interval, %(batch)s::integer);
+
+-- name: run_retention
+-- Retention with the defaults, for the retention runner: apply_retention with a group expiry
+-- of 7 days and batches of 10,000 per partition (SQL function run_retention, migration 0011,
+-- granted to producers and consumers). Returns the count deleted.
+SELECT {schema}.run_retention();
+
+-- name: try_retention_lock
+-- Elects the retention runner of this round: a session advisory lock keyed by the schema (try,
+-- no wait); false if another process holds it.
+SELECT pg_try_advisory_lock(hashtext('postroom.retention-runner'), hashtext(%(schema)s));
+
+-- name: retention_unlock
+-- Releases the retention runner's session advisory lock.
+SELECT pg_advisory_unlock(hashtext('postroom.retention-runner'), hashtext(%(schema)s));
+
+-- name: may_vacuum_messages
+-- Whether this role owns messages (VACUUM by anyone else is skipped with a warning).
+SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class
+WHERE oid = '{schema}.messages'::regclass;
+
+-- name: flush_statistics
+-- Makes this session send its pending table statistics now, not up to a second later (PG15+,
+-- no locks): sent after the VACUUM they would count the rows it removed as dead again.
+SELECT pg_stat_force_next_flush();
+
+-- name: vacuum_messages
+-- Vacuums messages after retention deleted rows, whatever autovacuum does (SHARE UPDATE
+-- EXCLUSIVE: writers and readers go on meanwhile).
+VACUUM {schema}.messages;

@@ -1177,6 +1177,47 @@ CREATE FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], pa
 
 $$;
 
+CREATE FUNCTION {schema}.expire_messages(p_group_expiry interval, p_batch integer) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH bounds AS MATERIALIZED (
+        SELECT p.topic_id, p.partition,
+               least(active.floor, coalesce(fresh."offset", batch.upto)) AS keep_from
+        FROM {schema}.partitions p
+        JOIN {schema}.topics t ON t.id = p.topic_id
+        CROSS JOIN LATERAL (
+            SELECT coalesce(min(c.next_offset), p.next_offset) AS floor
+            FROM {schema}.cursors c
+            WHERE c.topic_id = p.topic_id AND c.partition = p.partition
+              AND {schema}._group_active(c.group_name, c.updated_at,
+                                         coalesce(t.group_ttl, p_group_expiry))
+        ) active
+        CROSS JOIN LATERAL (
+            SELECT least(coalesce(min(m."offset"), p.next_offset) + p_batch, p.next_offset)
+                   AS upto
+            FROM {schema}.messages m
+            WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+        ) batch
+        LEFT JOIN LATERAL (
+            SELECT m."offset"
+            FROM {schema}.messages m
+            WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+              AND m."offset" < batch.upto AND m.created_at >= now() - t.retention
+            ORDER BY m."offset"
+            LIMIT 1
+        ) fresh ON true
+        WHERE t.retention IS NOT NULL
+    ), deleted AS (
+        DELETE FROM {schema}.messages m
+        USING bounds b
+        WHERE m.topic_id = b.topic_id AND m.partition = b.partition AND m."offset" < b.keep_from
+        RETURNING 1
+    )
+    SELECT count(*) FROM deleted;
+
+$$;
+
 CREATE FUNCTION {schema}.fail_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_errors text[], job_delays double precision[], job_finals boolean[]) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1782,6 +1823,14 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}.run_retention() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT {schema}.expire_messages(interval '7 days', 10000);
+
+$$;
+
 CREATE FUNCTION {schema}.seek(p_group text, p_topic text, p_partition integer, p_offset bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2261,6 +2310,8 @@ REVOKE ALL ON FUNCTION {schema}.enqueue_job(kind text, args jsonb, queue text, p
 
 REVOKE ALL ON FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], partitions integer[], reset text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}.expire_messages(p_group_expiry interval, p_batch integer) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.fail_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_errors text[], job_delays double precision[], job_finals boolean[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.finish_cancelled_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_reasons text[]) FROM PUBLIC;
@@ -2312,6 +2363,8 @@ REVOKE ALL ON FUNCTION {schema}.rescue_expired_jobs(batch integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.reserve_offsets(topic_ids integer[], partitions integer[], counts bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.resume_queue(queue_name text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.run_retention() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.seek(p_group text, p_topic text, p_partition integer, p_offset bigint) FROM PUBLIC;
 

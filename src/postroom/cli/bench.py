@@ -60,3 +60,17 @@ def groups(ctx: typer.Context) -> None:
     if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
         argv = ["--url", url, *argv]
     raise typer.Exit(run_benchmark(argv))
+
+
+@app.command("churn", context_settings=PASS_THROUGH, add_help_option=False)
+def churn(ctx: typer.Context) -> None:
+    """Produce, consume and expire at a steady rate with a short retention: messages size and
+    dead tuples over time, and a 200,000-message backlog expired; `postroom bench churn --help`
+    lists its options."""
+    from postroom.benchmarks.churn import main as run_benchmark
+
+    argv = list(ctx.args)
+    url = settings(ctx).url
+    if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
+        argv = ["--url", url, *argv]
+    raise typer.Exit(run_benchmark(argv))

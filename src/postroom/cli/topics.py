@@ -109,11 +109,22 @@ def alter(
             show_default=False,
         ),
     ] = None,
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            "--retention",
+            help="How long messages are kept (e.g. 7d), or none to keep every message.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Change a topic's admission control (--max-lag) or group expiry (--group-ttl)."""
-    if max_lag is None and group_ttl is None:
-        raise fail("nothing to alter: give --max-lag and/or --group-ttl")
+    """Change a topic's admission control (--max-lag), group expiry (--group-ttl) or retention
+    (--retention)."""
+    if max_lag is None and group_ttl is None and retention is None:
+        raise fail("nothing to alter: give --max-lag, --group-ttl and/or --retention")
     changes: dict[str, Any] = {}
+    if retention is not None:
+        changes["retention"] = None if retention.lower() == "none" else parse_duration(retention)
     if max_lag is not None:
         changes["max_lag"] = _parse_max_lag(max_lag)
     if group_ttl is not None:
@@ -226,7 +237,7 @@ def retention(
 ) -> None:
     """Delete messages older than their topic's retention that every active group has read.
 
-    Nothing runs this for you: schedule it (cron, a systemd timer, a Kubernetes CronJob).
+    Running consumers and workers do this every 30 s by themselves (docs/log.md, Retention).
     """
     expiry = parse_duration(group_expiry)
     total = 0

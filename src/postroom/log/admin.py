@@ -46,6 +46,14 @@ def check_max_lag(max_lag: int | None) -> int | None:
     return max_lag
 
 
+def check_retention(retention: timedelta | None) -> timedelta | None:
+    if retention is not None and (
+        not isinstance(retention, timedelta) or retention <= timedelta(0)
+    ):
+        raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
+    return retention
+
+
 def check_group_ttl(group_ttl: timedelta | None) -> timedelta | None:
     if group_ttl is not None and (
         not isinstance(group_ttl, timedelta) or group_ttl <= timedelta(0)
@@ -76,10 +84,7 @@ class LogAdmin:
         check_partition_count(partitions)
         check_max_lag(max_lag)
         check_group_ttl(group_ttl)
-        if retention is not None and (
-            not isinstance(retention, timedelta) or retention <= timedelta(0)
-        ):
-            raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
+        check_retention(retention)
         try:
             with self._db.connection() as conn:
                 conn.execute(
@@ -89,18 +94,32 @@ class LogAdmin:
                 if max_lag is not None or group_ttl is not None:
                     conn.execute(
                         self._db.q("alter_topic"),
-                        {"name": name, "max_lag": max_lag, "group_ttl": group_ttl},
+                        {
+                            "name": name,
+                            "max_lag": max_lag,
+                            "group_ttl": group_ttl,
+                            "retention": retention,
+                        },
                     )
         except pg_errors.UniqueViolation:
             raise TopicExists(f"topic {name!r} already exists") from None
 
-    def alter_topic(self, name: str, max_lag: int | None, group_ttl: timedelta | None) -> None:
-        """Set ``max_lag``/``group_ttl`` (``UNSET`` keeps one as it is; None turns it off)."""
+    def alter_topic(
+        self,
+        name: str,
+        max_lag: int | None,
+        group_ttl: timedelta | None,
+        retention: timedelta | None = UNSET,
+    ) -> None:
+        """Set ``max_lag``/``group_ttl``/``retention`` (``UNSET`` keeps one as it is; None
+        turns it off)."""
         check_name("topic", name)
         if max_lag is not UNSET:
             check_max_lag(max_lag)
         if group_ttl is not UNSET:
             check_group_ttl(group_ttl)
+        if retention is not UNSET:
+            check_retention(retention)
         with self._db.connection() as conn:
             cur = conn.execute(self._db.q("topic_limits"), {"name": name})
             row = cur.fetchone()
@@ -110,6 +129,7 @@ class LogAdmin:
                 "name": name,
                 "max_lag": row[0] if max_lag is UNSET else max_lag,
                 "group_ttl": row[1] if group_ttl is UNSET else group_ttl,
+                "retention": row[2] if retention is UNSET else retention,
             }
             conn.execute(self._db.q("alter_topic"), params)
 

@@ -24,6 +24,7 @@ import psycopg
 
 from .._acompat import Event, gather, sleep, spawn
 from .._db import Database, translate_errors
+from .._retention import RetentionRunner, retention_interval
 from ..errors import PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata import TopicCache, TopicMeta
@@ -89,6 +90,8 @@ class Membership:
         self._stop = Event()
         self._poke = Event()
         self._task: Any = None
+        self._retention_stop = Event()
+        self._retention_task: Any = None
         self._next_wait = session_timeout / 3
         self.max_poll_interval = max_poll_interval
         self._is_busy = is_busy
@@ -121,10 +124,21 @@ class Membership:
             self._close_connection()
             raise
         self._task = spawn(self._run, name=f"postroom-member-{self.member_id}")
+        interval = retention_interval()
+        if interval is not None and self._retention_task is None:
+            runner = RetentionRunner(self._db, interval=interval, stopping=self._retention_stop)
+            self._retention_task = spawn(runner.run, name=f"postroom-retention-{self.member_id}")
 
     def leave(self) -> None:
         """Stop heartbeating and leave the group at once: its partitions move now."""
         self._stop.set()
+        self._retention_stop.set()
+        if self._retention_task is not None:
+            try:
+                gather(self._retention_task, self.session_timeout)
+            except (TimeoutError, psycopg.Error) as exc:  # the leave goes on regardless
+                log.warning("member %s: retention runner: %s", self.member_id, exc)
+            self._retention_task = None
         if self._task is not None:
             try:
                 gather(self._task, self.session_timeout)

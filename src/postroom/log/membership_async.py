@@ -22,6 +22,7 @@ import psycopg
 
 from .._acompat import AEvent, agather, asleep, aspawn
 from .._db_async import AsyncDatabase, translate_errors
+from .._retention_async import AsyncRetentionRunner, retention_interval
 from ..errors import PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata_async import AsyncTopicCache, TopicMeta
@@ -87,6 +88,8 @@ class AsyncMembership:
         self._stop = AEvent()
         self._poke = AEvent()
         self._task: Any = None
+        self._retention_stop = AEvent()
+        self._retention_task: Any = None
         self._next_wait = session_timeout / 3
         self.max_poll_interval = max_poll_interval
         self._is_busy = is_busy
@@ -119,10 +122,23 @@ class AsyncMembership:
             await self._close_connection()
             raise
         self._task = aspawn(self._run, name=f"postroom-member-{self.member_id}")
+        interval = retention_interval()
+        if interval is not None and self._retention_task is None:
+            runner = AsyncRetentionRunner(
+                self._db, interval=interval, stopping=self._retention_stop
+            )
+            self._retention_task = aspawn(runner.run, name=f"postroom-retention-{self.member_id}")
 
     async def leave(self) -> None:
         """Stop heartbeating and leave the group at once: its partitions move now."""
         self._stop.set()
+        self._retention_stop.set()
+        if self._retention_task is not None:
+            try:
+                await agather(self._retention_task, self.session_timeout)
+            except (TimeoutError, psycopg.Error) as exc:  # the leave goes on regardless
+                log.warning("member %s: retention runner: %s", self.member_id, exc)
+            self._retention_task = None
         if self._task is not None:
             try:
                 await agather(self._task, self.session_timeout)

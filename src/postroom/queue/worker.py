@@ -44,6 +44,7 @@ from .._acompat import (
     spawn,
 )
 from .._db import Database
+from .._retention import RetentionRunner, retention_interval
 from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from . import joblog
 from .completer import Completer
@@ -253,6 +254,14 @@ class Worker:
         if self._vacuum_interval is not None:
             units.append(
                 ("vacuum", Vacuum(db, interval=self._vacuum_interval, stopping=self._stopping))
+            )
+        retention_every = retention_interval()
+        if retention_every is not None:
+            units.append(
+                (
+                    "retention",
+                    RetentionRunner(db, interval=retention_every, stopping=self._stopping),
+                )
             )
         if self._listen:
             listener = Listener(

@@ -42,6 +42,7 @@ from .._acompat import (
     install_stop_handler,
 )
 from .._db_async import AsyncDatabase
+from .._retention_async import AsyncRetentionRunner, retention_interval
 from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
 from . import joblog
 from .completer_async import AsyncCompleter
@@ -253,6 +254,14 @@ class AsyncWorker:
         if self._vacuum_interval is not None:
             units.append(
                 ("vacuum", AsyncVacuum(db, interval=self._vacuum_interval, stopping=self._stopping))
+            )
+        retention_every = retention_interval()
+        if retention_every is not None:
+            units.append(
+                (
+                    "retention",
+                    AsyncRetentionRunner(db, interval=retention_every, stopping=self._stopping),
+                )
             )
         if self._listen:
             listener = AsyncListener(

@@ -1,0 +1,133 @@
+"""The retention runner: applies the topics' retention by itself, from any running process.
+
+Every group member (consumers, runners, relays) and every queue worker runs one. Every
+``interval`` seconds (with jitter) each one tries a session advisory lock keyed by the schema;
+the one that gets it deletes expired messages (``run_retention``, migration 0011: the defaults
+of ``apply_retention``, batches of 10,000 per partition, repeated until nothing is left to
+expire) and, if that deleted rows and its role owns ``messages``, VACUUMs ``messages`` so that
+the dead rows are reused whatever autovacuum does (it may be off, or slow). The others skip that
+round. ``POSTROOM_RETENTION_INTERVAL`` sets the interval in seconds (default 30); ``off`` (or
+``0``) turns the runner off in that process, and retention is then left to
+``apply_retention()`` / ``postroom topic retention``. A role without EXECUTE on
+``run_retention`` (granted to the producer, consumer and admin capabilities) logs it once and
+stops; a role that does not own ``messages`` runs retention and leaves VACUUM to autovacuum.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from typing import Any
+
+import psycopg
+
+from ._acompat import AEvent
+from ._db_async import AsyncDatabase
+
+log = logging.getLogger("postroom.retention")
+
+DEFAULT_RETENTION_INTERVAL = 30.0
+ENV = "POSTROOM_RETENTION_INTERVAL"
+MAX_CALLS_PER_ROUND = 100
+"""run_retention calls per round at most (each up to 10,000 messages per partition), so that a
+round ends even while writers outrun it; the next round goes on."""
+
+
+def retention_interval() -> float | None:
+    """The retention runner's interval from ``POSTROOM_RETENTION_INTERVAL`` (None: off)."""
+    raw = os.environ.get(ENV, "").strip().lower()
+    if not raw:
+        return DEFAULT_RETENTION_INTERVAL
+    if raw in ("off", "none", "0", "false", "no"):
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        log.warning(
+            "%s=%r is not a number of seconds or 'off': using %s",
+            ENV,
+            raw,
+            DEFAULT_RETENTION_INTERVAL,
+        )
+        return DEFAULT_RETENTION_INTERVAL
+    return seconds if seconds > 0 else None
+
+
+class AsyncRetentionRunner:
+    """One process's retention runner; ``run`` loops until ``stopping`` is set."""
+
+    def __init__(self, db: AsyncDatabase, *, interval: float, stopping: AEvent) -> None:
+        self._db = db
+        self._interval = interval
+        self._stopping = stopping
+        self._may_vacuum: bool | None = None
+        self.vacuums = 0
+        """VACUUMs of messages this runner ran (for tests and logs)."""
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            await self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
+            if self._stopping.is_set() or self._db.pool.closed:
+                return
+            try:
+                await self.run_once()
+            except psycopg.errors.InsufficientPrivilege as exc:
+                log.info("this role may not run retention (%s): left to other processes", exc)
+                return
+            except psycopg.Error as exc:
+                log.warning("applying retention failed: %s", exc)
+
+    async def run_once(self) -> int | None:
+        """One round: None if another process holds the runner's lock, else how many messages
+        it deleted (then VACUUMs messages if it deleted any and its role owns the table)."""
+        lock = {"schema": self._db.schema}
+        async with self._db.connection() as conn:
+            # Autocommit for the round: each retention call commits by itself (short
+            # transactions, row locks let go at once), and VACUUM runs outside a transaction.
+            was_autocommit = conn.autocommit
+            if not was_autocommit:
+                await conn.commit()
+                await conn.set_autocommit(True)
+            try:
+                cur = await conn.execute(self._db.q("try_retention_lock"), lock)
+                row = await cur.fetchone()
+                if not (row and row[0]):
+                    return None
+                try:
+                    removed = await self._expire(conn)
+                    if removed and await self._owns_messages(conn):
+                        if conn.info.server_version >= 150000:
+                            # The deletes' counts first: flushed after the VACUUM's report
+                            # they would show its removed rows as dead tuples again.
+                            await conn.execute(self._db.q("flush_statistics"))
+                        await conn.execute(self._db.q("vacuum_messages"), prepare=False)
+                        self.vacuums += 1
+                finally:
+                    await conn.execute(self._db.q("retention_unlock"), lock)
+            finally:
+                if not was_autocommit:
+                    await conn.set_autocommit(False)
+        if removed:
+            log.debug("retention removed %d messages", removed)
+        return removed
+
+    async def _expire(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        removed = 0
+        for _ in range(MAX_CALLS_PER_ROUND):
+            cur = await conn.execute(self._db.q("run_retention"))
+            row = await cur.fetchone()
+            done = 0 if row is None or row[0] is None else int(row[0])
+            removed += done
+            if not done or self._stopping.is_set():
+                break
+        return removed
+
+    async def _owns_messages(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        if self._may_vacuum is None:
+            cur = await conn.execute(self._db.q("may_vacuum_messages"))
+            row = await cur.fetchone()
+            self._may_vacuum = bool(row and row[0])
+            if not self._may_vacuum:
+                log.info("this role does not own messages: its VACUUM is left to autovacuum")
+        return self._may_vacuum
