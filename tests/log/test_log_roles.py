@@ -304,7 +304,7 @@ def test_roles_granted_before_0011_may_run_retention(
                 " NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             ).format(schema)
         )
-        for migration in _sql.migrations()[:-1]:
+        for migration in [m for m in _sql.migrations() if m.version < 11]:
             conn.execute(_sql.render(migration.statement, "upgraded11"))
             conn.execute(
                 sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(
@@ -320,6 +320,6 @@ def test_roles_granted_before_0011_may_run_retention(
             ).format(s=schema, r=sql.Identifier(login_role))
         )
     with postroom.connect(client.conninfo, schema="upgraded11") as owner:
-        assert owner.migrate() == ["0011_retention_runner"]
+        assert owner.migrate()[0] == "0011_retention_runner"
     with psycopg.connect(role_url(client, login_role), autocommit=True) as conn:
         assert conn.execute(sql.SQL("SELECT {}.run_retention()").format(schema)).fetchone() == (0,)
