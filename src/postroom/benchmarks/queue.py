@@ -230,25 +230,32 @@ def measure_minimal_reference(
             (settings.jobs,),
         )
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
-    drained = 0
     with psycopg.connect(url) as conn:
         if async_commit:
             conn.execute("SET synchronous_commit = off")
             conn.commit()
-        started = time.perf_counter()
-        while True:
-            rows = conn.execute(claim, (settings.reference_batch,)).fetchall()
-            conn.commit()
-            if not rows:
-                break
-            conn.execute(delete, ([r[0] for r in rows],))
-            conn.commit()
-            drained += len(rows)
-        elapsed = time.perf_counter() - started
+        drained, elapsed = _drain(conn, claim, delete, settings.reference_batch)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP TABLE {}").format(table))
     assert drained == settings.jobs, (drained, settings.jobs)
     return {"jobs": drained, "seconds": elapsed, "rate": round(rate(drained, elapsed))}
+
+
+def _drain(
+    conn: psycopg.Connection[Any], claim: sql.Composed, delete: sql.Composed, batch: int
+) -> tuple[int, float]:
+    """A reference's loop: claim ``batch`` rows and commit, delete them and commit, until the
+    claim finds nothing. Returns the rows drained and the seconds it took."""
+    drained = 0
+    started = time.perf_counter()
+    while True:
+        rows = conn.execute(claim, (batch,)).fetchall()
+        conn.commit()
+        if not rows:
+            return drained, time.perf_counter() - started
+        conn.execute(delete, ([r[0] for r in rows],))
+        conn.commit()
+        drained += len(rows)
 
 
 def measure_reference(url: str, settings: Settings) -> dict[str, Any]:
@@ -263,18 +270,8 @@ def measure_reference(url: str, settings: Settings) -> dict[str, Any]:
     ).format(jobs=jobs)
     delete = sql.SQL("DELETE FROM {jobs} WHERE id = ANY(%s)").format(jobs=jobs)
     backlog = _backlog(url)
-    drained = 0
     with psycopg.connect(url) as conn:
-        started = time.perf_counter()
-        while True:
-            rows = conn.execute(claim, (settings.reference_batch,)).fetchall()
-            conn.commit()
-            if not rows:
-                break
-            conn.execute(delete, ([r[0] for r in rows],))
-            conn.commit()
-            drained += len(rows)
-        elapsed = time.perf_counter() - started
+        drained, elapsed = _drain(conn, claim, delete, settings.reference_batch)
     assert drained == backlog, (drained, backlog)
     return {"jobs": drained, "seconds": elapsed, "rate": round(rate(drained, elapsed))}
 
