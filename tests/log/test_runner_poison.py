@@ -3,37 +3,15 @@ dead-letter topic, a failed attempt's database writes are undone, the rest commi
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
 import postroom
 
-
-@contextmanager
-def running(client: postroom.Client) -> Iterator[postroom.Runner]:
-    runner = client.runner()
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            runner.run(handle_signals=False)
-        except BaseException as exc:  # noqa: BLE001  # reported by the assert below
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
-        thread.join(30)
-    assert not thread.is_alive()
-    assert not errors, errors
+from .test_runner import running
 
 
 def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
