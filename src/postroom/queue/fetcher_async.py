@@ -28,14 +28,25 @@ AUTO_PREFETCH_MAX = 1000
 """The most jobs an automatic prefetch claims ahead of the worker's slots."""
 AUTO_PREFETCH_WINDOW = 0.05
 """An automatic prefetch holds about as many jobs as the slots run in this many seconds."""
+RUN_TIME_SPIKE = 4.0
+"""One job's run time moves the automatic prefetch's average as if it took at most this many
+times the average."""
+
+
+def low_water(prefetch: int) -> int:
+    """The buffer's low-water mark: the next claim begins once the buffer holds this many
+    jobs or fewer, three quarters of ``prefetch``. A claim of hundreds of rows takes
+    about as long as the slots take to run them: begun at half the buffer, it often came
+    back after the buffer ran dry and the slots waited for it."""
+    return 3 * prefetch // 4
 
 
 class AsyncFetcher:
     """Claims while slots run: the next claim overlaps the work on the current batch.
 
     ``prefetch`` jobs are claimed ahead of idle slots; a claim happens when the buffer is at or
-    below half of ``prefetch`` (empty without prefetch) and a slot is idle or there is room
-    ahead. ``prefetch=None`` sizes it from the jobs' measured run time (``job_ran``): as many
+    below its low-water mark (``low_water``: three quarters of ``prefetch``, empty without
+    prefetch) and a slot is idle or there is room ahead. ``prefetch=None`` sizes it from the jobs' measured run time (``job_ran``): as many
     jobs as the slots run in ``AUTO_PREFETCH_WINDOW`` seconds, at most ``AUTO_PREFETCH_MAX``,
     none until the first jobs ran: a claimed-ahead job waits ~50 ms at most for a slot.
     A claim happens on a wake-up (notification, a full batch last time) at once, otherwise
@@ -62,6 +73,7 @@ class AsyncFetcher:
         self._concurrency = concurrency
         self._auto = prefetch is None
         self._prefetch = 0 if prefetch is None else prefetch
+        self._low = low_water(self._prefetch)
         self._run_time: float | None = None  # moving average of a job's run time, seconds
         self._poll_interval = poll_interval
         self._held = held
@@ -101,10 +113,20 @@ class AsyncFetcher:
 
     def job_ran(self, seconds: float) -> None:
         """A slot ran a job in ``seconds``: updates what an automatic prefetch claims ahead
-        (no lock: one float, read by the fetch loop)."""
+        (no lock: one float, read by the fetch loop).
+
+        One sample counts for at most ``RUN_TIME_SPIKE`` times the average: a no-op job whose
+        thread waited for the interpreter lock takes milliseconds instead of microseconds
+        once in a while, and each such spike used to cut the prefetch (and its low-water
+        mark) for the next claim, which then began only when the buffer ran dry. Jobs that
+        really got slower still raise the average ~1.6 times per job."""
         if self._auto:
             average = self._run_time
-            self._run_time = seconds if average is None else 0.8 * average + 0.2 * seconds
+            if average is None:
+                self._run_time = seconds
+            else:
+                seconds = min(seconds, RUN_TIME_SPIKE * average)
+                self._run_time = 0.8 * average + 0.2 * seconds
 
     def _auto_prefetch(self) -> int:
         average = self._run_time
@@ -119,7 +141,7 @@ class AsyncFetcher:
             # One thread runs every task, and nothing awaits between the check and the pop:
             # a job above the low-water mark is taken without the lock (nothing to notify).
             buffer = self._buffer
-            while self._claiming and len(buffer) > self._prefetch // 2 + 1:
+            while self._claiming and len(buffer) > self._low + 1:
                 job = buffer.popleft()
                 if job.interrupt_kind != "lost":
                     return job
@@ -131,7 +153,7 @@ class AsyncFetcher:
                 while self._claiming:
                     while self._buffer:
                         job = self._buffer.popleft()
-                        if len(self._buffer) <= self._prefetch // 2:
+                        if len(self._buffer) <= self._low:
                             self._fetch_cond.notify()  # low water: claim the next batch now
                         if job.interrupt_kind != "lost":
                             return job
@@ -149,11 +171,12 @@ class AsyncFetcher:
                         return
                     if self._auto:
                         self._prefetch = self._auto_prefetch()
+                        self._low = low_water(self._prefetch)
                     room = self._idle + self._prefetch - len(self._buffer)
                     # Back-pressure: finished jobs still hold their lease until written back;
                     # if the write-back falls behind, stop claiming rather than pile up leases.
                     room = min(room, self._held.limit - len(self._held))
-                    wanted = room > 0 and len(self._buffer) <= self._prefetch // 2
+                    wanted = room > 0 and len(self._buffer) <= self._low
                     due = self._wake or time.monotonic() >= self._next_poll
                     if wanted and due:
                         break
