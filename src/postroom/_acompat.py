@@ -262,6 +262,7 @@ class JobCall:
         kwargs: dict[str, Any],
         timeout: float | None,
         threads: SyncJobThreads | None = None,
+        coroutine: bool | None = None,
     ) -> None:
         self._func = func
         self._kwargs = kwargs
@@ -327,11 +328,14 @@ class AJobCall:
         kwargs: dict[str, Any],
         timeout: float | None,
         threads: JobThreads | None = None,
+        coroutine: bool | None = None,
     ) -> None:
         self._func = func
         self._kwargs = kwargs
         self._timeout = timeout
         self._threads = threads
+        # Whether func is a coroutine function, when the caller knows (None: looked up).
+        self._coroutine = coroutine
         self._task: asyncio.Future[Any] | None = None
         self._thread_call: JobCall | None = None
         self._reason: JobInterrupted | None = None
@@ -340,7 +344,10 @@ class AJobCall:
         """Call the function; raises :class:`JobInterrupted` with the reason if interrupted."""
         if self._reason is not None:
             raise self._reason
-        if not inspect.iscoroutinefunction(self._func):
+        coroutine = self._coroutine
+        if coroutine is None:
+            coroutine = inspect.iscoroutinefunction(self._func)
+        if not coroutine:
             self._thread_call = JobCall(self._func, self._kwargs, self._timeout)
             executor = None if self._threads is None else self._threads.executor
             return await asyncio.get_running_loop().run_in_executor(executor, self._thread_call.run)

@@ -267,3 +267,48 @@ def test_a_cyclic_argument_is_named(client: postroom.Client) -> None:
     cycle.append(cycle)
     with pytest.raises(InvalidType, match="argument 'c' of job 'k' cannot be serialized"):
         client.enqueue("k", {"c": cycle})
+
+
+def test_loads_reads_jsonb_text_as_decode_reads_the_parsed_value() -> None:
+    """The worker reads job arguments as jsonb text through ``Serializer.loads``, which skips
+    the walk for tags when no tag occurs in the text: same values as ``decode(json.loads())``
+    for tagged and untagged documents, a subclass's tags and ``decode``, and bad JSON."""
+    serializer = postroom.Serializer()
+    texts = [
+        '{"n": 1}',
+        '{"at": {"$datetime": "2030-01-01T00:00:00+00:00"}, "l": [{"$date": "2030-01-02"}]}',
+        '{"u": {"$uuid": "00000000-0000-0000-0000-000000000005"}, "m": {"$decimal": "1.50"}}',
+        '{"s": "$date", "d": {"$date": "2030-01-02", "other": 1}}',  # not tagged objects
+        '{"point": {"$point": {"x": 1, "y": 2}}}',
+        ' {"n": 2} ',
+        "[1, 2]",
+    ]
+    for text in texts:
+        assert serializer.loads(text) == serializer.decode(json.loads(text)), text
+    points = PointSerializer()
+    assert points.loads('{"p": {"$point": {"x": 1, "y": 2}}}') == {"p": Point(1, 2)}
+    points.tags = ("$point",)  # tags changed on the instance after a first call
+    assert points.loads('{"p": {"$date": "2030-01-02"}}') == {"p": {"$date": "2030-01-02"}}
+
+    class Upper(postroom.Serializer):
+        def decode(self, value: Any) -> Any:
+            return {k.upper(): v for k, v in value.items()}
+
+    assert Upper().loads('{"n": 1}') == {"N": 1}
+    for bad in ("", "{", '{"n": 1} x'):
+        with pytest.raises(json.JSONDecodeError):
+            serializer.loads(bad)
+
+
+def test_a_tagged_argument_reaches_the_job_decoded(client: postroom.Client) -> None:
+    seen: list[Any] = []
+
+    @client.job("tagged")
+    def tagged(at: datetime, plain: dict[str, Any]) -> None:
+        seen.append((at, plain))
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    job = tagged.enqueue(at=at, plain={"$note": "not a tag", "d": date(2030, 1, 2)})
+    with running(client.worker(["default"], poll_interval=0.05)):
+        job.result(timeout=30)
+    assert seen == [(at, {"$note": "not a tag", "d": date(2030, 1, 2)})]

@@ -11,7 +11,7 @@ import pytest
 
 import postroom
 from postroom.errors import InvalidArgument
-from postroom.queue.fetcher import AUTO_PREFETCH_MAX, Fetcher
+from postroom.queue.fetcher import AUTO_PREFETCH_MAX, Fetcher, low_water
 from postroom.queue.outcomes import HeldJobs
 
 
@@ -50,6 +50,23 @@ def test_auto_prefetch_follows_the_run_time() -> None:
     assert unit._auto_prefetch() == pytest.approx(50, abs=1)
     settle(unit, 1.0)  # long jobs: nothing claimed ahead
     assert unit._auto_prefetch() == 0
+
+
+def test_one_slow_job_among_tiny_ones_keeps_the_prefetch() -> None:
+    """A no-op job whose thread waited for the interpreter lock takes milliseconds once in a
+    while: such a spike must not cut the prefetch (the next claim then came only once the
+    buffer ran dry), while jobs that really got slower still bring it down."""
+    unit = fetcher(None)
+    settle(unit, 0.00001)
+    unit.job_ran(0.006)
+    assert unit._auto_prefetch() == AUTO_PREFETCH_MAX
+    for _ in range(60):
+        unit.job_ran(0.4)
+    assert unit._auto_prefetch() == 1  # 10 slots x 50 ms / 0.4 s
+
+
+def test_the_next_claim_begins_at_three_quarters_of_the_prefetch() -> None:
+    assert [low_water(p) for p in (0, 1, 2, 4, 10, 1000)] == [0, 0, 1, 3, 7, 750]
 
 
 def test_explicit_prefetch_is_kept() -> None:

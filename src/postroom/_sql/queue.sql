@@ -63,8 +63,9 @@ SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
 -- Claims up to %(limit)s due jobs of the queues for this worker under a lease (the claim_jobs
 -- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist). Sorted in
 -- claim order: UPDATE ... RETURNING gives rows in the order it wrote them, and the worker
--- starts a prefetched batch in the order it comes.
-SELECT id, queue, kind, args, attempts, max_attempts, created_at, run_at
+-- starts a prefetched batch in the order it comes. The arguments come as JSON text: the
+-- worker decodes them once, in the slot that runs the job (Serializer.loads).
+SELECT id, queue, kind, args::text, attempts, max_attempts, created_at, run_at
 FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval)
 ORDER BY priority, run_at, id;
 

@@ -15,7 +15,7 @@ import psycopg
 from .._acompat import ACondition, asleep
 from .._db_async import AsyncDatabase
 from .fetcher_async import AsyncFetcher
-from .outcomes import HeldJobs, Outcome, OutcomeKind, unstorable
+from .outcomes import HeldJobs, Outcome, OutcomeKind, int_array, unstorable
 from .records import notify_payload
 
 log = logging.getLogger("postroom.worker")
@@ -149,8 +149,8 @@ class AsyncCompleter:
             done = by_kind["done"]
             params: dict[str, Any] = {
                 **fence,
-                "ids": [o.job.id for o in done],
-                "attempts": [o.job.attempt for o in done],
+                "ids": int_array([o.job.id for o in done]),
+                "attempts": int_array([o.job.attempt for o in done]),
             }
             if self._keep_finished > 0:
                 params["results"] = [o.result for o in done]
@@ -163,8 +163,8 @@ class AsyncCompleter:
                 self._db.q("fail_jobs"),
                 {
                     **fence,
-                    "ids": [o.job.id for o in failed],
-                    "attempts": [o.job.attempt for o in failed],
+                    "ids": int_array([o.job.id for o in failed]),
+                    "attempts": int_array([o.job.attempt for o in failed]),
                     "errors": [o.error for o in failed],
                     "delays": [o.delay for o in failed],
                     "finals": [o.final for o in failed],
@@ -176,8 +176,8 @@ class AsyncCompleter:
                 self._db.q("finish_cancelled_jobs"),
                 {
                     **fence,
-                    "ids": [o.job.id for o in cancelled],
-                    "attempts": [o.job.attempt for o in cancelled],
+                    "ids": int_array([o.job.id for o in cancelled]),
+                    "attempts": int_array([o.job.attempt for o in cancelled]),
                     "reasons": [o.error for o in cancelled],
                 },
             )
@@ -187,8 +187,8 @@ class AsyncCompleter:
                 self._db.q("snooze_jobs"),
                 {
                     **fence,
-                    "ids": [o.job.id for o in snoozed],
-                    "attempts": [o.job.attempt for o in snoozed],
+                    "ids": int_array([o.job.id for o in snoozed]),
+                    "attempts": int_array([o.job.attempt for o in snoozed]),
                     "delays": [o.delay for o in snoozed],
                 },
             )
@@ -198,8 +198,8 @@ class AsyncCompleter:
                 self._db.q("release_jobs"),
                 {
                     **fence,
-                    "ids": [o.job.id for o in released],
-                    "attempts": [o.job.attempt for o in released],
+                    "ids": int_array([o.job.id for o in released]),
+                    "attempts": int_array([o.job.attempt for o in released]),
                     "started": [o.job.started for o in released],
                     "reason": f"interrupted: worker {self._worker} shut down",
                 },

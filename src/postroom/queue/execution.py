@@ -45,6 +45,8 @@ class PreparedKind:
     definition: JobDefinition
     func: Callable[..., Any]
     runner: Callable[..., Any] | None = None
+    coroutine: bool = False
+    """``func`` and ``runner`` are coroutine functions (looked up once, not per job)."""
 
 
 def prepare(definition: JobDefinition, middleware: Sequence[Callable[..., Any]]) -> PreparedKind:
@@ -55,9 +57,12 @@ def prepare(definition: JobDefinition, middleware: Sequence[Callable[..., Any]])
     is_coroutine = inspect.iscoroutinefunction(func)
     chain = tuple(m for m in middleware if inspect.iscoroutinefunction(m) == is_coroutine)
     if not chain and not definition.takes_context:
-        return PreparedKind(definition, _guard_coroutine(func) if is_coroutine else func)
+        if is_coroutine:
+            return PreparedKind(definition, _guard_coroutine(func), coroutine=True)
+        return PreparedKind(definition, func)
     if is_coroutine:
-        return PreparedKind(definition, func, _async_runner(func, chain, definition.takes_context))
+        runner = _async_runner(func, chain, definition.takes_context)
+        return PreparedKind(definition, func, runner, coroutine=True)
     return PreparedKind(definition, func, _sync_runner(func, chain, definition.takes_context))
 
 

@@ -90,6 +90,7 @@ class Fetcher:
         self._wake = True
         self._next_poll = 0.0
         self._claiming = True
+        self._fetch_waiting = False  # the fetch loop waits on _fetch_cond
 
     def wake(self) -> None:
         """Claim at once: jobs may have arrived or come back."""
@@ -175,7 +176,11 @@ class Fetcher:
                     if wanted and due:
                         break
                     wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
-                    self._fetch_cond.wait_timeout(max(wait, 0.001))
+                    self._fetch_waiting = True
+                    try:
+                        self._fetch_cond.wait_timeout(max(wait, 0.001))
+                    finally:
+                        self._fetch_waiting = False
                 self._wake = False
                 # Nothing in flight before this claim (every claimed job written back): then
                 # and only then does an empty claim mean the queues are drained.

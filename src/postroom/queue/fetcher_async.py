@@ -88,6 +88,7 @@ class AsyncFetcher:
         self._wake = True
         self._next_poll = 0.0
         self._claiming = True
+        self._fetch_waiting = False  # the fetch loop waits on _fetch_cond
 
     async def wake(self) -> None:
         """Claim at once: jobs may have arrived or come back."""
@@ -139,9 +140,15 @@ class AsyncFetcher:
         """The next claimed job for a slot; None once the worker stops claiming."""
         if True:  # ASYNC
             # One thread runs every task, and nothing awaits between the check and the pop:
-            # a job above the low-water mark is taken without the lock (nothing to notify).
+            # a job is taken without the lock when there is nothing to notify: it is above
+            # the low-water mark, or the fetch loop is not waiting (it is claiming, or it
+            # looks at the buffer when it gets the lock).
             buffer = self._buffer
-            while self._claiming and len(buffer) > self._low + 1:
+            while (
+                self._claiming
+                and buffer
+                and (len(buffer) > self._low + 1 or not self._fetch_waiting)
+            ):
                 job = buffer.popleft()
                 if job.interrupt_kind != "lost":
                     return job
@@ -181,7 +188,11 @@ class AsyncFetcher:
                     if wanted and due:
                         break
                     wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
-                    await self._fetch_cond.wait_timeout(max(wait, 0.001))
+                    self._fetch_waiting = True
+                    try:
+                        await self._fetch_cond.wait_timeout(max(wait, 0.001))
+                    finally:
+                        self._fetch_waiting = False
                 self._wake = False
                 # Nothing in flight before this claim (every claimed job written back): then
                 # and only then does an empty claim mean the queues are drained.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sysconfig
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -36,7 +37,8 @@ class Claimed:
     id: int
     queue: str
     kind: str
-    args: dict[str, Any]
+    args: str
+    """The arguments as JSON text, decoded when the job runs."""
     attempt: int
     max_attempts: int
     enqueued_at: datetime | None = None
@@ -83,6 +85,13 @@ class HeldJobs:
 
     def snapshot(self) -> list[Claimed]:
         return list(self._jobs.values())
+
+
+def int_array(values: Iterable[int]) -> str:
+    """Integers as a PostgreSQL array literal (``{1,2,3}``), for a ``%s::bigint[]`` or
+    ``%s::integer[]`` parameter: psycopg dumps a list element by element, ten times slower
+    than this join (the write-back of a batch of no-op jobs sent two such lists per job)."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def storable_text(text: str) -> str:

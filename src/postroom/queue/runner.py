@@ -80,13 +80,13 @@ class Runner:
             )
         definition = prepared.definition
         try:
-            args = self._jobs.serializer.decode(job.args)
+            args = self._jobs.serializer.loads(job.args)
         except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
             return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
         timeout = definition.timeout
         timer = None
         if prepared.runner is None:  # the common case: nothing needs the context
-            call = JobCall(prepared.func, args, timeout, self._threads)
+            call = JobCall(prepared.func, args, timeout, self._threads, prepared.coroutine)
         else:
             context = job.context = self._context(job, args, timeout)
             if definition.takes_context:
@@ -101,7 +101,7 @@ class Runner:
                     timer.start()
                     timeout = None
             runner = functools.partial(prepared.runner, context)
-            call = JobCall(runner, args, timeout, self._threads)
+            call = JobCall(runner, args, timeout, self._threads, prepared.coroutine)
         job.call = call
         try:
             outcome = self._call(job, call, definition)

@@ -78,13 +78,13 @@ class AsyncRunner:
             )
         definition = prepared.definition
         try:
-            args = self._jobs.serializer.decode(job.args)
+            args = self._jobs.serializer.loads(job.args)
         except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
             return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
         timeout = definition.timeout
         timer = None
         if prepared.runner is None:  # the common case: nothing needs the context
-            call = AJobCall(prepared.func, args, timeout, self._threads)
+            call = AJobCall(prepared.func, args, timeout, self._threads, prepared.coroutine)
         else:
             context = job.context = self._context(job, args, timeout)
             if definition.takes_context:
@@ -99,7 +99,7 @@ class AsyncRunner:
                     timer.start()
                     timeout = None
             runner = functools.partial(prepared.runner, context)
-            call = AJobCall(runner, args, timeout, self._threads)
+            call = AJobCall(runner, args, timeout, self._threads, prepared.coroutine)
         job.call = call
         try:
             outcome = await self._call(job, call, definition)
