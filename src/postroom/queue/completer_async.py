@@ -8,6 +8,7 @@ It is the one owner of the pending outcomes.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import psycopg
@@ -21,6 +22,9 @@ from .records import notify_payload
 log = logging.getLogger("postroom.worker")
 
 WRITE_ATTEMPTS = 5
+GATHER_JOBS = 256
+"""A batch this big is written at once; a smaller one waits up to GATHER_SECONDS for more."""
+GATHER_SECONDS = 0.003
 # What the database (or the driver, before sending) refuses in an outcome, as opposed to a lost
 # connection (OperationalError, retried): a data or constraint error, text it cannot encode.
 _REFUSED = (
@@ -58,6 +62,7 @@ class AsyncCompleter:
         self._outcomes: list[Outcome] = []
         self._closing = False
         self._waiting = False  # run() waits for outcomes (asyncio: report() must notify)
+        self._wake_at = 1  # report() wakes run() once this many outcomes are pending
         self.processed = 0
         """Jobs whose outcome was written (any outcome)."""
 
@@ -65,14 +70,16 @@ class AsyncCompleter:
         """Queue an outcome for the next write."""
         outcome.job.reported = True
         if True:  # ASYNC
-            if not self._waiting:
+            if not self._waiting or len(self._outcomes) + 1 < self._wake_at:
                 # One thread runs every task: a completer that is not waiting looks at the
-                # outcomes again before it waits, so no lock and no notification are needed.
+                # outcomes again before it waits, and one that gathers a batch looks when its
+                # wait ends, so no lock and no notification are needed.
                 self._outcomes.append(outcome)
                 return
         async with self._cond:
             self._outcomes.append(outcome)
-            self._cond.notify()
+            if len(self._outcomes) >= self._wake_at:
+                self._cond.notify()
 
     async def close(self) -> None:
         """Write what is pending, then let ``run()`` return."""
@@ -91,12 +98,37 @@ class AsyncCompleter:
                         await self._cond.wait_timeout(0.5)
                     finally:
                         self._waiting = False
+                await self._gather()
                 batch, self._outcomes = self._outcomes, []
             await self.write(batch)
             if self._limited:
                 await self._fetcher.wake()  # running counts fell: limited claims may go on
             else:
                 await self._fetcher.room_freed()  # leases released: room under the limit
+
+    async def _gather(self) -> None:
+        """Let a small batch grow for up to ``GATHER_SECONDS`` while other held jobs may still
+        finish (the lock is held): a write per handful of outcomes costs a round trip and a
+        statement each, more than the no-op jobs it writes back. Never when closing, nor when
+        nothing else is running or buffered."""
+        if self._closing or len(self._outcomes) >= GATHER_JOBS:
+            return
+        if len(self._held) <= len(self._outcomes):
+            return  # every held job has its outcome here: nothing more to wait for
+        deadline = time.monotonic() + GATHER_SECONDS
+        self._wake_at = GATHER_JOBS
+        try:
+            while not self._closing and len(self._outcomes) < GATHER_JOBS:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._waiting = True
+                try:
+                    await self._cond.wait_timeout(left)
+                finally:
+                    self._waiting = False
+        finally:
+            self._wake_at = 1
 
     async def write(self, batch: list[Outcome]) -> None:
         """Write ``batch``, retrying connection errors; then forget those jobs.
