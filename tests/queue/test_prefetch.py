@@ -5,6 +5,8 @@ for long jobs, so a worker of long jobs holds no more leases than it has slots."
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 import postroom
 from postroom.errors import InvalidArgument
 from postroom.queue.fetcher import AUTO_PREFETCH_MAX, Fetcher, low_water
-from postroom.queue.outcomes import HeldJobs
+from postroom.queue.outcomes import Claimed, HeldJobs
 
 
 def fetcher(prefetch: int | None, concurrency: int = 10) -> Fetcher:
@@ -109,3 +111,54 @@ def test_async_default_worker_runs_a_backlog_in_order_and_writes_every_outcome(d
             assert [(c.state, c.count) for c in stats.counts] == [("done", 2_000)]
 
     asyncio.run(main())
+
+
+class ScriptedFetcher(Fetcher):
+    """Claims without a database: each claim takes ``latency`` seconds and returns what it was
+    asked for; records the buffer's length when each claim began."""
+
+    def __init__(self, prefetch: int, latency: float) -> None:
+        super().__init__(
+            None,  # type: ignore[arg-type]
+            worker="w",
+            queues=["default"],
+            lease=30.0,
+            concurrency=1,
+            prefetch=prefetch,
+            poll_interval=1.0,
+            held=HeldJobs(1_000_000),
+        )
+        self.latency = latency
+        self.buffered_at_claim: list[int] = []
+        self.next_id = 1
+
+    def _claim(self, want: int) -> list[Claimed]:
+        self.buffered_at_claim.append(len(self._buffer))
+        time.sleep(self.latency)
+        jobs = [
+            Claimed(i, "default", "k", "{}", 1, 25)
+            for i in range(self.next_id, self.next_id + want)
+        ]
+        self.next_id += want
+        return jobs
+
+
+def test_the_next_claim_begins_early_enough_to_return_before_the_buffer_runs_dry() -> None:
+    """Slots that empty the buffer faster than a claim returns get the next claim at once,
+    above the low-water mark (they would otherwise wait for every claim in turn)."""
+    unit = ScriptedFetcher(prefetch=100, latency=0.02)
+    thread = threading.Thread(target=unit.run)
+    thread.start()
+    taken: list[int] = []
+    try:
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            job = unit.next_job()
+            assert job is not None
+            taken.append(job.id)
+            time.sleep(0.0001)  # ~10,000 jobs/s: 100 jobs go in ~10 ms, a claim takes 20
+    finally:
+        unit.stop()
+        thread.join(10)
+    assert len(taken) == len(set(taken))
+    assert max(unit.buffered_at_claim) > low_water(100), unit.buffered_at_claim

@@ -44,10 +44,13 @@ def low_water(prefetch: int) -> int:
 class AsyncFetcher:
     """Claims while slots run: the next claim overlaps the work on the current batch.
 
-    ``prefetch`` jobs are claimed ahead of idle slots; a claim happens when the buffer is at or
-    below its low-water mark (``low_water``: three quarters of ``prefetch``, empty without
-    prefetch) and a slot is idle or there is room ahead. ``prefetch=None`` sizes it from the jobs' measured run time (``job_ran``): as many
-    jobs as the slots run in ``AUTO_PREFETCH_WINDOW`` seconds, at most ``AUTO_PREFETCH_MAX``,
+    ``prefetch`` jobs are claimed ahead of idle slots; a claim happens when the buffer, less
+    what the slots will take from it while the claim runs (at the rate they took jobs during
+    the last claim cycle), is at or below its low-water mark (``low_water``: three quarters of
+    ``prefetch``, empty without prefetch) and a slot is idle or there is room ahead: slots
+    that run short jobs faster than a claim returns get the next claim as soon as the last
+    one returned. ``prefetch=None`` sizes it from the jobs' measured run time (``job_ran``): as
+    many jobs as the slots run in ``AUTO_PREFETCH_WINDOW`` seconds, at most ``AUTO_PREFETCH_MAX``,
     none until the first jobs ran: a claimed-ahead job waits ~50 ms at most for a slot.
     A claim happens on a wake-up (notification, a full batch last time) at once, otherwise
     every ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
@@ -89,6 +92,16 @@ class AsyncFetcher:
         self._next_poll = 0.0
         self._claiming = True
         self._fetch_waiting = False  # the fetch loop waits on _fetch_cond
+        # A claim begins when the buffer, less what the slots will take while the claim runs,
+        # is at the low-water mark: jobs taken from the buffer (ever, and when the last claim
+        # returned), when it returned, the rate the slots took jobs at between the last two
+        # claims' returns, and how long claims take (a moving average).
+        self._taken = 0
+        self._taken_then = 0
+        self._returned_at = time.monotonic()
+        self._take_rate = 0.0
+        self._claim_seconds = 0.0
+        self._claim_at = self._low  # the buffer level at which slots wake the fetch loop
 
     async def wake(self) -> None:
         """Claim at once: jobs may have arrived or come back."""
@@ -147,9 +160,10 @@ class AsyncFetcher:
             while (
                 self._claiming
                 and buffer
-                and (len(buffer) > self._low + 1 or not self._fetch_waiting)
+                and (len(buffer) > self._claim_at + 1 or not self._fetch_waiting)
             ):
                 job = buffer.popleft()
+                self._taken += 1
                 if job.interrupt_kind != "lost":
                     return job
         async with self._cond:
@@ -160,7 +174,8 @@ class AsyncFetcher:
                 while self._claiming:
                     while self._buffer:
                         job = self._buffer.popleft()
-                        if len(self._buffer) <= self._low:
+                        self._taken += 1
+                        if len(self._buffer) <= self._claim_at:
                             self._fetch_cond.notify()  # low water: claim the next batch now
                         if job.interrupt_kind != "lost":
                             return job
@@ -168,6 +183,11 @@ class AsyncFetcher:
                 return None
             finally:
                 self._idle -= 1
+
+    def _drained_during_claim(self) -> int:
+        """How many buffered jobs the slots take while a claim runs, at the rate they took
+        them between the last two claims' returns (at most ``prefetch``)."""
+        return min(self._prefetch, int(self._take_rate * self._claim_seconds))
 
     async def run(self) -> None:
         """The fetch loop; returns once ``stop()`` was called."""
@@ -179,11 +199,18 @@ class AsyncFetcher:
                     if self._auto:
                         self._prefetch = self._auto_prefetch()
                         self._low = low_water(self._prefetch)
-                    room = self._idle + self._prefetch - len(self._buffer)
+                    # The jobs still waiting when this claim returns: the slots take about as
+                    # many during a claim as they took during the last one. Short jobs then
+                    # get their next claim at once (it returns as the buffer runs dry), long
+                    # ones when the buffer is down to the low-water mark, as without it.
+                    drained = self._drained_during_claim()
+                    self._claim_at = self._low + drained
+                    ahead = max(0, len(self._buffer) - drained)
+                    room = self._idle + self._prefetch - ahead
                     # Back-pressure: finished jobs still hold their lease until written back;
                     # if the write-back falls behind, stop claiming rather than pile up leases.
                     room = min(room, self._held.limit - len(self._held))
-                    wanted = room > 0 and len(self._buffer) <= self._low
+                    wanted = room > 0 and ahead <= self._low
                     due = self._wake or time.monotonic() >= self._next_poll
                     if wanted and due:
                         break
@@ -197,8 +224,14 @@ class AsyncFetcher:
                 # Nothing in flight before this claim (every claimed job written back): then
                 # and only then does an empty claim mean the queues are drained.
                 quiet = not len(self._held)
+            began = time.monotonic()
             claimed = await self._claim(room)
             async with self._cond:
+                now = time.monotonic()
+                cycle = now - self._returned_at
+                self._take_rate = (self._taken - self._taken_then) / cycle if cycle > 0 else 0.0
+                self._returned_at, self._taken_then = now, self._taken
+                self._claim_seconds = 0.8 * self._claim_seconds + 0.2 * (now - began)
                 self._buffer.extend(claimed)
                 if len(claimed) >= room:
                     self._wake = True  # probably more due: claim again when there is room

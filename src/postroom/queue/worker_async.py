@@ -166,7 +166,8 @@ class AsyncWorker:
             for d in jobs.definitions.values()
         )
         ahead = AUTO_PREFETCH_MAX if prefetch is None else prefetch
-        self._held = HeldJobs(2 * (concurrency + ahead))
+        # A claim in flight, the buffer and a write-back in flight can each hold about this many.
+        self._held = HeldJobs(3 * (concurrency + ahead))
         self._stopping = AEvent()
         self._fetcher: AsyncFetcher | None = None
         self._completer: AsyncCompleter | None = None
