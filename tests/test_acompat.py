@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 
 import pytest
 
 from postroom import _acompat
+from postroom._acompat import AJobCall
+from postroom.errors import JobInterrupted
 
 
 def _waiter(event: threading.Event) -> None:
@@ -113,3 +116,64 @@ def test_the_async_names_other_modules_import_are_still_there() -> None:
     for name in ["asleep", "ato_thread", "ajoin_all", "AJobCall", "JobThreads", "new_future"]:
         assert hasattr(_acompat, name), name
     assert _acompat.IS_ASYNC is True
+
+
+def test_an_async_job_without_timeout_runs_in_the_slot_task_as_if_in_its_own() -> None:
+    """``AJobCall`` runs a coroutine without a timeout in the calling task: each job still
+    gets a context of its own (a ContextVar a job sets does not leak into the next job of the
+    same slot), ``interrupt()`` stops it with its reason and leaves the slot uncancelled, a
+    job that swallows the cancellation returns, and a cancellation of the slot itself still
+    propagates."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def sets() -> str:
+        var.set("job")
+        await asyncio.sleep(0)
+        return var.get()
+
+    async def sleeps() -> None:
+        await asyncio.sleep(10)
+
+    async def swallows() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "slept"
+
+    async def main() -> None:
+        slot = asyncio.current_task()
+        assert await AJobCall(sets, {}, None, coroutine=True).run() == "job"
+        assert var.get() == "unset"
+        assert await AJobCall(sets, {}, None).run() == "job"  # coroutine looked up
+
+        call = AJobCall(sleeps, {}, None)
+        running = asyncio.ensure_future(call.run())
+        await asyncio.sleep(0.01)
+        call.interrupt(JobInterrupted("stop it"))
+        with pytest.raises(JobInterrupted, match="stop it"):
+            await running
+        assert running.cancelling() == 0
+
+        call = AJobCall(swallows, {}, None)
+
+        async def slot_loop() -> tuple[str, int]:
+            value = await call.run()
+            await asyncio.sleep(0.01)  # the slot goes on, not cancelled
+            task = asyncio.current_task()
+            assert task is not None
+            return value, task.cancelling()
+
+        running = asyncio.ensure_future(slot_loop())
+        await asyncio.sleep(0.01)
+        call.interrupt(JobInterrupted("stop"))
+        assert await running == ("swallowed", 0)
+
+        running = asyncio.ensure_future(AJobCall(sleeps, {}, None).run())
+        await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert slot is not None and slot.cancelling() == 0
+
+    asyncio.run(main())

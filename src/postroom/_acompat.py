@@ -13,13 +13,14 @@ Keep both flavours of each primitive behaving alike: tests/test_acompat.py runs 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import inspect
 import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from concurrent.futures import Future as _ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -318,8 +319,9 @@ class JobCall:
 class AJobCall:
     """One call of a job function with a timeout and ``interrupt()``.
 
-    A coroutine function runs as a task of its own and is cancelled on timeout or interrupt;
-    a plain function runs in a thread (as a ``JobCall``), so it cannot block the loop.
+    A coroutine function runs in the calling task (in a context of its own) and is cancelled
+    on interrupt; with a timeout, as a task of its own, cancelled on timeout or interrupt. A
+    plain function runs in a thread (as a ``JobCall``), so it cannot block the loop.
     """
 
     def __init__(
@@ -339,6 +341,9 @@ class AJobCall:
         self._task: asyncio.Future[Any] | None = None
         self._thread_call: JobCall | None = None
         self._reason: JobInterrupted | None = None
+        self._slot: asyncio.Task[Any] | None = None  # the task a job without timeout runs in
+        self._slot_cancelled = False
+        self._finished = False
 
     async def run(self) -> Any:
         """Call the function; raises :class:`JobInterrupted` with the reason if interrupted."""
@@ -351,18 +356,9 @@ class AJobCall:
             self._thread_call = JobCall(self._func, self._kwargs, self._timeout)
             executor = None if self._threads is None else self._threads.executor
             return await asyncio.get_running_loop().run_in_executor(executor, self._thread_call.run)
-        task = self._task = asyncio.get_running_loop().create_task(self._func(**self._kwargs))
         if self._timeout is None:
-            # Awaited directly: asyncio.wait's futures and callbacks cost more than a no-op
-            # job. (Only a cancellation of the slot itself would reach the job through this
-            # await; the worker never cancels its slots, and such a cancellation propagates.)
-            try:
-                return await task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if self._reason is None and current is not None and current.cancelling():
-                    raise
-                raise self._reason or JobInterrupted("cancelled") from None
+            return await self._run_inline()
+        task = self._task = asyncio.get_running_loop().create_task(self._func(**self._kwargs))
         done, _ = await asyncio.wait({task}, timeout=self._timeout)
         if not done:
             self.interrupt(JobInterrupted(f"timed out after {self._timeout:g} s"))
@@ -370,6 +366,25 @@ class AJobCall:
         if self._task.cancelled():
             raise self._reason or JobInterrupted("cancelled")
         return self._task.result()
+
+    async def _run_inline(self) -> Any:
+        """Run the coroutine in the calling task (the slot's), each of its steps in a context
+        of its own, as a task of its own would: a task per job (its creation, a loop turn
+        to start it, another to wake the slot) costs more than a no-op job. ``interrupt()``
+        cancels the calling task, which the job sees at the await it waits on."""
+        slot = self._slot = asyncio.current_task()
+        try:
+            return await _InContext(self._func(**self._kwargs), contextvars.copy_context())
+        except asyncio.CancelledError:
+            if self._reason is None:
+                if slot is not None and slot.cancelling():
+                    raise  # the slot itself is cancelled (the worker never does that)
+                raise JobInterrupted("cancelled") from None
+            raise self._reason from None
+        finally:
+            self._finished = True
+            if self._slot_cancelled and slot is not None:
+                slot.uncancel()  # the cancellation was the job's, not the slot's
 
     def interrupt(self, reason: JobInterrupted) -> None:
         """Stop the running call with ``reason`` (once; later calls do nothing)."""
@@ -380,6 +395,41 @@ class AJobCall:
             self._thread_call.interrupt(reason)
         elif self._task is not None:
             self._task.cancel()
+        elif self._slot is not None and not self._finished:
+            self._slot_cancelled = True
+            self._slot.cancel()
+
+
+class _InContext:
+    """Awaits a coroutine in the awaiting task, running each of its steps in ``context``
+    (what ``yield from`` does, plus the context a task of its own would give it)."""
+
+    __slots__ = ("_context", "_coro")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
+        self._coro = coro
+        self._context = context
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, run = self._coro, self._context.run
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                if error is None:
+                    step = run(coro.send, value)
+                else:
+                    step = run(coro.throw, error)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = yield step
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - thrown in by the task: the job's
+                error = exc
 
 
 class JobThreads:
