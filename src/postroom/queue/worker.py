@@ -61,6 +61,9 @@ from .vacuum import Vacuum
 
 log = logging.getLogger("postroom.worker")
 
+SLOT_TURN = 64
+"""An async slot lets the other tasks run at least once every this many jobs."""
+
 
 class Worker:
     """Runs the registered jobs of ``queues`` until stopped.
