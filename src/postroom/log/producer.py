@@ -330,6 +330,10 @@ class Producer:
     as long as it takes). A message larger than ``buffer_bytes`` alone is taken when the
     buffer is empty. A send from the writer itself (a future's done-callback) never blocks.
 
+    Up to ``MAX_IN_FLIGHT`` (2) batches are written at once, each on a pooled connection of its
+    own, never two to the same partition (see ``_admit``), so each partition gets its batches
+    in send order; the writers hold up to two batches beyond the buffer.
+
     A message that cannot be written (its partition no longer exists, the database refuses its
     content) fails its own future only; the rest of its batch is written. A batch that fails as
     a whole (say, the connection drops) fails every future in it; postroom does not retry it,
