@@ -17,7 +17,7 @@ import pytest
 import postroom
 from postroom.errors import MessageTooLarge
 from postroom.log import records
-from postroom.log.producer_async import MAX_IN_FLIGHT
+from postroom.log.producer_async import MAX_IN_FLIGHT, OVERLAP_MIN_PENDING
 from postroom.log.records import MAX_VALUE_BYTES
 
 from ..blocking import unwrap
@@ -62,8 +62,11 @@ def test_a_batch_is_written_while_the_previous_one_waits_on_the_server(
         try:
             first = producer.send("t", b"first")  # partition 0: its COPY waits on the blocker
             time.sleep(0.3)
-            second = producer.send("t", b"second")  # partition 1, written meanwhile
-            assert second.result(timeout=30) == postroom.Published(1, 1)
+            # Enough sends for a batch beside the one in flight: partition 1, written meanwhile.
+            more = [producer.send("t", b"%d" % i) for i in range(OVERLAP_MIN_PENDING)]
+            assert [f.result(timeout=30) for f in more] == [
+                postroom.Published(1, 1 + i) for i in range(OVERLAP_MIN_PENDING)
+            ]
             assert not first.done()
         finally:
             blocker.rollback()
@@ -130,14 +133,40 @@ def test_a_keyed_batch_waits_for_the_batches_in_flight(
         try:
             first = producer.send("t", b"first")  # partition 0, waiting on the blocker
             time.sleep(0.3)
-            keyed = producer.send("t", b"keyed", partition=1)
+            keyed = [producer.send("t", b"%d" % i, partition=1) for i in range(OVERLAP_MIN_PENDING)]
             time.sleep(0.3)
-            assert not keyed.done()  # not beside the plain batch in flight
+            assert not any(f.done() for f in keyed)  # not beside the plain batch in flight
         finally:
             blocker.rollback()
             blocker.close()
         assert first.result(timeout=30) == postroom.Published(0, 0)
-        assert keyed.result(timeout=30) == postroom.Published(1, 1)
+        assert [f.result(timeout=30) for f in keyed] == [
+            postroom.Published(1, 1 + i) for i in range(OVERLAP_MIN_PENDING)
+        ]
+
+
+def test_a_few_pending_sends_wait_for_the_batch_in_flight(
+    any_client: postroom.Client, dsn: str
+) -> None:
+    """Fewer than OVERLAP_MIN_PENDING sends are not taken beside a batch in flight: at low
+    rates batches go one at a time (two commits at once would only wait on each other)."""
+    any_client.create_topic("t", partitions=2)
+    with any_client.producer(linger_ms=0) as producer:
+        _warm_up(producer)
+        blocker = _hold_offset_zero(dsn, 0)
+        try:
+            first = producer.send("t", b"first")  # partition 0, waiting on the blocker
+            time.sleep(0.3)
+            few = [producer.send("t", b"%d" % i) for i in range(10)]
+            time.sleep(0.3)
+            assert not any(f.done() for f in few)
+        finally:
+            blocker.rollback()
+            blocker.close()
+        assert first.result(timeout=30) == postroom.Published(0, 0)
+        assert [f.result(timeout=30) for f in few] == [
+            postroom.Published(1, 1 + i) for i in range(10)
+        ]
 
 
 def test_the_producer_opens_a_connection_for_each_batch_in_flight(dsn: str) -> None:

@@ -295,6 +295,13 @@ server nor the client waits for the other (bench/RESULTS.md: with one batch at a
 took turns). Batches in flight together write to different partitions, so each partition still
 gets its batches one after the other, in send order (see ``_admit``)."""
 
+OVERLAP_MIN_PENDING = 1000
+"""Sends that must be waiting before a batch is taken beside one in flight (or ``batch_size``,
+if smaller). A batch of a few sends gains nothing from overlapping another: it costs round
+trips and a commit, and two commits at once only wait on each other's WAL flush. So at low
+rates (say 1,000 sends a second with ``linger_ms=0``) batches go one at a time, as they did
+before (bench/RESULTS.md: the end-to-end latency)."""
+
 
 class _Slot:
     """A batch in flight: the partition it writes (a lean batch) or whether it holds the
@@ -443,8 +450,9 @@ class Producer:
             if not plain:
                 self._records += 1
             pending = len(self._items)
-        if pending == 1 or pending == self._batch_size:
-            # Wake the writer: the first pending message, or a full batch. Waking needs
+        if pending == 1 or pending == self._batch_size or pending == OVERLAP_MIN_PENDING:
+            # Wake the writer: the first pending message, enough for a batch beside one in
+            # flight, or a full batch. Waking needs
             # ``_cond``, under which the writer checks the lists before it waits, so this
             # notification cannot fall between its check and its wait.
             with self._cond:
@@ -530,11 +538,16 @@ class Producer:
 
     def _may_take(self) -> bool:
         """Whether a writer may take a batch now (``_cond`` held, sends pending): when no other
-        batch is in flight; or when the others' data is all sent and the first pending send's
-        topic (if its metadata is cached) has a partition no batch in flight writes."""
+        batch is in flight; or when the others' data is all sent, enough sends are pending
+        (``OVERLAP_MIN_PENDING``) and the first pending send's topic (if its metadata is
+        cached) has a partition no batch in flight writes."""
         if not self._in_flight:
             return True
-        if self._unsent or self._exclusive:
+        if (
+            self._unsent
+            or self._exclusive
+            or len(self._items) < min(self._batch_size, OVERLAP_MIN_PENDING)
+        ):
             return False
         meta = self._appender.cached(self._topics[0])
         return meta is not None and len(self._busy.get(meta.id, ())) < meta.partitions
