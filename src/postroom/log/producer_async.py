@@ -633,7 +633,10 @@ class AsyncProducer:
     def _release(self, slot: _Slot) -> None:
         """Give back what ``slot`` held (``_cond`` held)."""
         if slot.partition is not None:
-            self._busy[slot.topic_id].discard(slot.partition)
+            busy = self._busy[slot.topic_id]
+            busy.discard(slot.partition)
+            if not busy:
+                del self._busy[slot.topic_id]
         if slot.exclusive:
             self._exclusive = False
         if not slot.sent:
