@@ -291,16 +291,17 @@ DEFAULT_BUFFER_TIMEOUT = 60.0
 MAX_IN_FLIGHT = 2
 """Batches a producer writes at once, each on a pooled connection of its own. The server stores
 one batch while the next is taken, its offsets reserved, encoded and sent, so neither the
-server nor the client waits for the other (bench/RESULTS.md: with one batch at a time the two
-took turns). Batches in flight together write to different partitions, so each partition still
-gets its batches one after the other, in send order (see ``_admit``)."""
+server nor the client waits for the other (with one batch at a time they took turns: the
+server idle while the client reserved and encoded, the client waiting for the server's COPY).
+Batches in flight together write to different partitions, so each partition still gets its
+batches one after the other, in send order (see ``_admit``)."""
 
 OVERLAP_MIN_PENDING = 1000
 """Sends that must be waiting before a batch is taken beside one in flight (or ``batch_size``,
 if smaller). A batch of a few sends gains nothing from overlapping another: it costs round
 trips and a commit, and two commits at once only wait on each other's WAL flush. So at low
 rates (say 1,000 sends a second with ``linger_ms=0``) batches go one at a time, as they did
-before (bench/RESULTS.md: the end-to-end latency)."""
+before (``postroom bench log``'s end-to-end latency phase)."""
 
 
 class _Slot:
