@@ -52,5 +52,10 @@ class TopicCache:
         row = cur.fetchone()
         return None if row is None else (row[0], row[1])
 
+    def peek(self, name: str) -> TopicMeta | None:
+        """The cached metadata of the topic, whatever its age; None if not cached (no query)."""
+        cached = self._cache.get(name)
+        return None if cached is None else cached[0]
+
     def forget(self, name: str) -> None:
         self._cache.pop(name, None)

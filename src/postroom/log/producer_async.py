@@ -7,7 +7,7 @@ import itertools
 import random
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import psycopg
@@ -38,6 +38,10 @@ from .records import (
     Value,
     make_record,
 )
+
+SentHook = Callable[[], Any]
+"""What ``append_values`` calls (and awaits, in the async flavour) once a batch's COPY data is
+handed to the server."""
 
 
 def check_timeout(timeout: float | None) -> None:
@@ -73,12 +77,52 @@ class AsyncAppender:
         return results
 
     async def append_values(
-        self, topic: str, values: list[bytes], conn: object = None, timeout: float | None = None
+        self,
+        topic: str,
+        values: list[bytes],
+        conn: object = None,
+        timeout: float | None = None,
+        *,
+        partition: int | None = None,
+        on_sent: SentHook | None = None,
     ) -> tuple[int, int]:
-        """Write unkeyed, headerless ``values`` (non-empty, already checked) to one sticky
-        partition of ``topic``; the partition and the first offset. Retries as ``append``."""
-        position: tuple[int, int] = await self._retrying(True, (topic, values), conn, timeout)
+        """Write unkeyed, headerless ``values`` (non-empty, already checked) to one partition
+        of ``topic``: ``partition``, else a sticky one; the partition and the first offset.
+        ``on_sent`` is awaited once the COPY data is handed to the server (before the server
+        has stored it and before the commit). Retries as ``append``."""
+        position: tuple[int, int] = await self._retrying(
+            True, (topic, values, partition, on_sent), conn, timeout
+        )
         return position
+
+    def cached(self, topic: str) -> TopicMeta | None:
+        """The topic's metadata if it is in the cache (no query, no check of its age)."""
+        return self._topics.peek(topic)
+
+    async def meta(self, topic: str) -> TopicMeta:
+        """The topic's metadata (cached); raises :class:`TopicNotFound`."""
+        with log_errors():
+            return await self._topics.get(topic)
+
+    async def open_connections(self, count: int) -> None:
+        """Have ``count`` pooled connections open (at most the pool's ``max_size``): check
+        them out at once and give them back, so batches written at once each find one ready
+        instead of waiting for the pool to connect. Best effort: errors are ignored (the writes
+        meet them again and report them)."""
+        pool = self._db.pool
+        held: list[Any] = []
+        try:
+            for _ in range(min(count, pool.max_size)):
+                held.append(await pool.getconn(timeout=5))
+        except Exception:  # noqa: BLE001 - best effort: see the docstring
+            pass
+        finally:
+            for conn in held:
+                await pool.putconn(conn)
+
+    def next_sticky(self, partitions: int) -> int:
+        """The next sticky partition of a topic of ``partitions`` partitions."""
+        return next(self._sticky) % partitions
 
     async def _retrying(self, values: bool, what: Any, conn: object, timeout: float | None) -> Any:
         check_timeout(timeout)
@@ -101,12 +145,13 @@ class AsyncAppender:
     async def _append_values(
         self,
         conn: psycopg.AsyncConnection[Any],
-        what: tuple[str, list[bytes]],
+        what: tuple[str, list[bytes], int | None, SentHook | None],
         use_conn: bool,
     ) -> tuple[int, int]:
-        topic, values = what
+        topic, values, partition, on_sent = what
         meta = await self._topics.get(topic, conn if use_conn else None)
-        partition = next(self._sticky) % meta.partitions
+        if partition is None:
+            partition = next(self._sticky) % meta.partitions
         cur = await conn.execute(
             self._db.q("reserve_offsets"),
             {"topic_ids": [meta.id], "partitions": [partition], "counts": [len(values)]},
@@ -117,6 +162,8 @@ class AsyncAppender:
             raise TopicNotFound(f"topic {meta.name!r} was deleted while publishing")
         async with conn.cursor().copy(self._db.q("copy_messages")) as copy:
             await copy.write(copy_values(meta.id, partition, row[2], values))
+            if on_sent is not None:
+                await on_sent()
         return partition, row[2]
 
     async def _append(
@@ -241,6 +288,33 @@ reservation, the commit's WAL flush) cost 20-40% of the rate at 10,000 (bench/RE
 DEFAULT_BUFFER_MESSAGES = 100_000
 DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
 DEFAULT_BUFFER_TIMEOUT = 60.0
+MAX_IN_FLIGHT = 2
+"""Batches a producer writes at once, each on a pooled connection of its own. The server stores
+one batch while the next is taken, its offsets reserved, encoded and sent, so neither the
+server nor the client waits for the other (with one batch at a time they took turns: the
+server idle while the client reserved and encoded, the client waiting for the server's COPY).
+Batches in flight together write to different partitions, so each partition still gets its
+batches one after the other, in send order (see ``_admit``)."""
+
+OVERLAP_MIN_PENDING = 1000
+"""Sends that must be waiting before a batch is taken beside one in flight (or ``batch_size``,
+if smaller). A batch of a few sends gains nothing from overlapping another: it costs round
+trips and a commit, and two commits at once only wait on each other's WAL flush. So at low
+rates (say 1,000 sends a second with ``linger_ms=0``) batches go one at a time, as they did
+before (``postroom bench log``'s end-to-end latency phase)."""
+
+
+class _Slot:
+    """A batch in flight: the partition it writes (a lean batch) or whether it holds the
+    producer alone (any other), and whether its COPY data is handed to the server yet."""
+
+    __slots__ = ("exclusive", "partition", "sent", "topic_id")
+
+    def __init__(self) -> None:
+        self.topic_id = 0
+        self.partition: int | None = None
+        self.exclusive = False
+        self.sent = False
 
 
 class AsyncProducer:
@@ -263,6 +337,10 @@ class AsyncProducer:
     batch, for up to ``buffer_timeout`` seconds, then raises :class:`BufferFull` (None: waits
     as long as it takes). A message larger than ``buffer_bytes`` alone is taken when the
     buffer is empty. A send from the writer itself (a future's done-callback) never blocks.
+
+    Up to ``MAX_IN_FLIGHT`` (2) batches are written at once, each on a pooled connection of its
+    own, never two to the same partition (see ``_admit``), so each partition gets its batches
+    in send order; the writers hold up to two batches beyond the buffer.
 
     A message that cannot be written (its partition no longer exists, the database refuses its
     content) fails its own future only; the rest of its batch is written. A batch that fails as
@@ -315,10 +393,19 @@ class AsyncProducer:
         self._items: list[bytes | Record] = []
         self._futures: list[AFuture[Published]] = []
         self._pending_bytes = 0
-        self._in_flight = 0
+        self._records = 0  # how many of the pending items are Records (not plain sends)
+        self._in_flight = 0  # batches taken and not yet written (or failed)
+        # Batches in flight whose COPY data is not yet handed to the server: while one is, no
+        # other is taken (it would only wait, holding a batch beyond the buffer's limits).
+        self._unsent = 0
+        self._busy: dict[int, set[int]] = {}  # topic id -> partitions lean batches in flight write
+        self._exclusive = False  # a batch of the general path is in flight, alone
+        # Held by a writer while it takes a batch and admits it: batches are admitted (their
+        # partitions chosen, or the producer held alone) in the order they were taken.
+        self._take_lock = ALock()
         self._flushing = 0  # flush() calls waiting: the writer stops lingering for them
         self._closed = False
-        self._worker: Any = None
+        self._workers: list[Any] = []
 
     async def send(
         self,
@@ -341,7 +428,9 @@ class AsyncProducer:
         ):
             item = value  # the common case: nothing to encode or check again
             size = len(value)
+            plain = True
         else:
+            plain = False
             item = make_record(topic, value, key, headers, partition)
             if partition is not None:
                 await self._appender.check_partition(item)
@@ -359,21 +448,27 @@ class AsyncProducer:
             self._items.append(item)
             self._futures.append(future)
             self._pending_bytes += size
+            if not plain:
+                self._records += 1
             pending = len(self._items)
-        if pending == 1 or pending == self._batch_size:
-            # Wake the writer: the first pending message, or a full batch. Waking needs
+        if pending == 1 or pending == self._batch_size or pending == OVERLAP_MIN_PENDING:
+            # Wake the writer: the first pending message, enough for a batch beside one in
+            # flight, or a full batch. Waking needs
             # ``_cond``, under which the writer checks the lists before it waits, so this
             # notification cannot fall between its check and its wait.
             async with self._cond:
-                if self._worker is None:
-                    self._worker = aspawn(self._run, name="postroom-producer")
+                if not self._workers:
+                    self._workers = [
+                        aspawn(self._run, i, name=f"postroom-producer-{i}")
+                        for i in range(MAX_IN_FLIGHT)
+                    ]
                 self._cond.notify_all()
         return future
 
     async def _wait_for_space(self, size: int) -> None:
         """Wait, ``_buffer_lock`` held, until a send of ``size`` bytes fits in the buffer."""
-        if ais_current(self._worker):
-            return  # the writer itself (a done-callback): waiting would wait for itself
+        if any(ais_current(worker) for worker in self._workers):
+            return  # a writer itself (a done-callback): waiting would wait for itself
         deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
         self._waiting_for_space += 1
         try:
@@ -414,9 +509,9 @@ class AsyncProducer:
                 self._closed = True  # a send either got in before this or raises
                 self._space.notify_all()
             self._cond.notify_all()
-        if self._worker is not None:
-            await agather(self._worker)
-            self._worker = None
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            await agather(worker)
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -424,25 +519,50 @@ class AsyncProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _run(self) -> None:
+    async def _run(self, index: int) -> None:
+        if index == MAX_IN_FLIGHT - 1:
+            await self._appender.open_connections(MAX_IN_FLIGHT)
         while True:
-            batch = await self._next_batch()
-            if batch is None:
-                return  # closed and drained
-            await self._write(*batch)
-            async with self._cond:
-                self._in_flight -= 1
-                self._cond.notify_all()
+            async with self._take_lock:
+                batch = await self._next_batch()
+                if batch is None:
+                    return  # closed and drained
+                topics, items, futures, plain = batch
+                slot = await self._admit(topics, plain)
+            try:
+                await self._write(topics, items, futures, slot)
+            finally:
+                async with self._cond:
+                    self._release(slot)
+                    self._in_flight -= 1
+                    self._cond.notify_all()
+
+    def _may_take(self) -> bool:
+        """Whether a writer may take a batch now (``_cond`` held, sends pending): when no other
+        batch is in flight; or when the others' data is all sent, enough sends are pending
+        (``OVERLAP_MIN_PENDING``) and the first pending send's topic (if its metadata is
+        cached) has a partition no batch in flight writes."""
+        if not self._in_flight:
+            return True
+        if (
+            self._unsent
+            or self._exclusive
+            or len(self._items) < min(self._batch_size, OVERLAP_MIN_PENDING)
+        ):
+            return False
+        meta = self._appender.cached(self._topics[0])
+        return meta is not None and len(self._busy.get(meta.id, ())) < meta.partitions
 
     async def _next_batch(
         self,
-    ) -> tuple[list[str], list[bytes | Record], list[AFuture[Published]]] | None:
-        """Wait for sends, linger for more, and take up to ``batch_size`` of them."""
+    ) -> tuple[list[str], list[bytes | Record], list[AFuture[Published]], bool] | None:
+        """Wait for sends (and for ``_may_take``), linger for more, and take up to
+        ``batch_size`` of them; and whether they are all plain sends."""
         async with self._cond:
-            while not self._items and not self._closed:
+            while not self._items or not self._may_take():
+                if not self._items and self._closed:
+                    return None
                 await self._cond.wait_timeout(1.0)
-            if not self._items:
-                return None
             deadline = time.monotonic() + self._linger
             while (
                 len(self._items) < self._batch_size
@@ -462,37 +582,107 @@ class AsyncProducer:
                     self._futures[:size],
                 )
                 del self._topics[:size], self._items[:size], self._futures[:size]
-                if self._items:
-                    self._pending_bytes -= sum(map(_item_size, items))
-                else:
+                plain = True
+                if self._records:  # some Records pending: count those taken
+                    taken = sum(type(i) is not bytes for i in items)
+                    self._records -= taken
+                    plain = not taken
+                if not self._items:
                     self._pending_bytes = 0
+                elif plain:  # plain sends count their length: no call per item
+                    self._pending_bytes -= sum(map(len, items))
+                else:
+                    self._pending_bytes -= sum(map(_item_size, items))
                 if self._waiting_for_space:
                     self._space.notify_all()
             self._in_flight += 1
-            return topics, items, futures
+            self._unsent += 1
+            return topics, items, futures, plain
+
+    async def _admit(self, topics: list[str], plain: bool) -> _Slot:
+        """Wait until the batch may be written beside the batches in flight, and say how.
+
+        A lean batch (plain sends to one topic) gets a sticky partition that no batch in flight
+        writes: a partition's batches are then written one after the other, in the order they
+        were taken, even when one of them is refused and written again piece by piece. Any
+        other batch (keys, partitions, headers: it may write any partition) waits until it is
+        the only one in flight, and no other batch is admitted until it is written."""
+        slot = _Slot()
+        topic = topics[0]
+        meta: TopicMeta | None = None
+        if plain and topics.count(topic) == len(topics):
+            try:
+                meta = await self._appender.meta(topic)
+            except Exception:  # noqa: BLE001 - the general path meets it again and reports it
+                meta = None
+        async with self._cond:
+            while True:
+                if meta is not None:
+                    busy = self._busy.setdefault(meta.id, set())
+                    if not self._exclusive and len(busy) < meta.partitions:
+                        partition = self._appender.next_sticky(meta.partitions)
+                        while partition in busy:
+                            partition = self._appender.next_sticky(meta.partitions)
+                        busy.add(partition)
+                        slot.topic_id, slot.partition = meta.id, partition
+                        return slot
+                elif self._in_flight == 1:  # this batch alone
+                    self._exclusive = slot.exclusive = True
+                    return slot
+                await self._cond.wait_timeout(1.0)
+
+    def _release(self, slot: _Slot) -> None:
+        """Give back what ``slot`` held (``_cond`` held)."""
+        if slot.partition is not None:
+            busy = self._busy[slot.topic_id]
+            busy.discard(slot.partition)
+            if not busy:
+                del self._busy[slot.topic_id]
+        if slot.exclusive:
+            self._exclusive = False
+        if not slot.sent:
+            slot.sent = True
+            self._unsent -= 1
 
     async def _write(
-        self, topics: list[str], items: list[bytes | Record], futures: list[AFuture[Published]]
+        self,
+        topics: list[str],
+        items: list[bytes | Record],
+        futures: list[AFuture[Published]],
+        slot: _Slot,
     ) -> None:
         """Append the batch and resolve its futures after the commit. A record that cannot be
         written fails its own future only; the rest of the batch is written."""
+
+        async def sent() -> None:
+            # The data is out: another writer may take the next batch meanwhile.
+            if not slot.sent:
+                async with self._cond:
+                    slot.sent = True
+                    self._unsent -= 1
+                    self._cond.notify_all()
+
         try:
             topic = topics[0]
-            if all(type(i) is bytes for i in items) and topics.count(topic) == len(topics):
+            if slot.partition is not None:
                 # The common case: plain sends to one topic, written by the lean path.
                 try:
                     partition, first = await self._appender.append_values(
                         topic,
                         items,  # type: ignore[arg-type]
                         timeout=self._backlog_timeout,
+                        partition=slot.partition,
+                        on_sent=sent,
                     )
                 except InvalidArgument:
                     pass  # the database refused some content: isolate it below
                 else:
                     aresolve_positions(futures, Published, partition, first)
                     return
+            # A lean batch refused in part is written again to its own partition, which no
+            # other batch writes meanwhile.
             records = [
-                Record(t, i) if type(i) is bytes else cast(Record, i)
+                Record(t, i, None, None, slot.partition) if type(i) is bytes else cast(Record, i)
                 for t, i in zip(topics, items, strict=True)
             ]
             refused = await self._appender.refusals(records)
