@@ -1,0 +1,120 @@
+"""The poll path's fetch (``fetch_messages``): the plain range-read branch and the byte-budget
+branch, their order and limits, and the plan shape the plain branch's order relies on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+import postroom
+
+
+def _fetch(
+    client: postroom.Client,
+    topic: str,
+    positions: dict[int, int],
+    limit: int,
+    max_bytes: int,
+    *,
+    explain: bool = False,
+) -> list[tuple[Any, ...]]:
+    """Run fetch_messages (as the consumer does: binary, autocommit) for ``positions``
+    (partition -> offset, in that order)."""
+    db = client._db
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT id FROM {client.schema}.topics WHERE name = %s", (topic,)
+        ).fetchone()
+        assert row is not None
+        params = {
+            "topic_ids": [row[0]] * len(positions),
+            "partitions": list(positions),
+            "positions": list(positions.values()),
+            "limit": limit,
+            "max_bytes": max_bytes,
+        }
+        query = db.q("fetch_messages")
+        if explain:
+            query = psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ") + query
+            return conn.execute(query, params).fetchall()
+        return conn.cursor(binary=True).execute(query, params).fetchall()
+
+
+def _sizes(rows: list[tuple[Any, ...]]) -> int:
+    return sum(len(r[4]) + (0 if r[3] is None else len(r[3])) for r in rows)
+
+
+def test_fetch_orders_and_limits_both_branches(client: postroom.Client) -> None:
+    client.create_topic("t", partitions=3)
+    client.publish_batch(
+        "t",
+        [
+            {"value": b"v" * (10 + 7 * i), "key": None if i % 2 else b"k" * 5, "partition": p}
+            for p in range(3)
+            for i in range(40)
+        ],
+    )
+    order = {2: 30, 0: 5, 1: 0}  # partitions in the given order, each from its position
+    every = _fetch(client, "t", order, 1000, 10**9)  # fits: the plain branch
+    assert [(r[1], r[2]) for r in every] == (
+        [(2, o) for o in range(30, 40)]
+        + [(0, o) for o in range(5, 40)]
+        + [(1, o) for o in range(40)]
+    )
+    assert len(_fetch(client, "t", order, 17, 10**9)) == 17
+    total = _sizes(every)
+    for budget in (1, 50, 999, 2500, total // 2, total - 1, total):
+        rows = _fetch(client, "t", order, 1000, budget)
+        assert [(r[1], r[2]) for r in rows] == [(r[1], r[2]) for r in every[: len(rows)]]
+        # The byte cut: within the budget (one message always comes), and no message more
+        # would have fit.
+        assert len(rows) == 1 or _sizes(rows) <= budget
+        if len(rows) < len(every):
+            assert _sizes(every[: len(rows) + 1]) > budget
+    # The limit and the budget together: whichever stops first.
+    rows = _fetch(client, "t", order, 12, _sizes(every[:20]))
+    assert [(r[1], r[2]) for r in rows] == [(r[1], r[2]) for r in every[:12]]
+    rows = _fetch(client, "t", order, 30, _sizes(every[:20]))
+    assert [(r[1], r[2]) for r in rows] == [(r[1], r[2]) for r in every[:20]]
+    assert _fetch(client, "t", {0: 40, 1: 40}, 10, 100) == []
+
+
+def test_the_plain_branch_is_a_range_read_with_no_sort(client: postroom.Client) -> None:
+    """The plain branch returns (ord, offset) order only through its plan: a nested loop over
+    the positions (a function scan WITH ORDINALITY) and one ordered index scan per partition,
+    no sort and no window on the way, nothing parallel. If the planner ever chose otherwise
+    this test says so (the byte-budget branch sorts explicitly)."""
+    client.create_topic("t", partitions=4)
+    client.publish_batch("t", [{"value": b"x" * 100, "partition": i % 4} for i in range(4000)])
+    plan = [
+        r[0] for r in _fetch(client, "t", {1: 0, 2: 0, 3: 0, 0: 0}, 1500, 50 << 20, explain=True)
+    ]
+    text = "\n".join(plan)
+    assert "Gather" not in text
+    assert "Parallel" not in text
+    executed, budget_branch = text.split('Subquery Scan on "*SELECT* 2"')
+    # The plain branch ran, with no sort or window, and read the rows as a nested loop.
+    assert "Sort" not in executed and "WindowAgg" not in executed, text
+    assert "Nested Loop" in executed and "Function Scan" in executed, text
+    # The budget branch never read a row.
+    assert "never executed" in budget_branch, text
+
+
+def test_poll_keeps_the_byte_budget(any_client: postroom.Client) -> None:
+    any_client.create_topic("t", partitions=2)
+    values = [b"%04d" % i + b"y" * (i % 50) for i in range(200)]
+    any_client.publish_batch("t", [{"value": v, "partition": i % 2} for i, v in enumerate(values)])
+    got: list[bytes] = []
+    with any_client.consumer("g", "t") as c:
+        while len(got) < 200:
+            batch = c.poll(timeout=1, max_messages=1000, max_bytes=700)
+            assert batch
+            assert len(batch) == 1 or sum(len(m.value) for m in batch) <= 700
+            got += [m.value for m in batch]
+            c.commit()
+        assert c.poll(timeout=0.1) == []
+    assert sorted(got) == sorted(values)
+    for p in range(2):
+        mine = [v for i, v in enumerate(values) if i % 2 == p]
+        assert [v for v in got if v in set(mine)] == mine  # offset order within a partition
