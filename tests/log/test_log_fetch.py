@@ -3,7 +3,9 @@ branch, their order and limits, and the plan shape the plain branch's order reli
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 
@@ -118,3 +120,42 @@ def test_poll_keeps_the_byte_budget(any_client: postroom.Client) -> None:
     for p in range(2):
         mine = [v for i, v in enumerate(values) if i % 2 == p]
         assert [v for v in got if v in set(mine)] == mine  # offset order within a partition
+
+
+def test_utc_timestamps_keeps_the_instant_and_the_session_zone_unless_it_is_utc(
+    client: postroom.Client,
+) -> None:
+    from postroom.log.records import utc_timestamps
+
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        query = "SELECT '2026-01-31 12:00:00+00'::timestamptz"
+        seen = {}
+        for zone in ("Etc/UTC", "UTC", "Europe/Paris"):
+            conn.execute(psycopg.sql.SQL("SET TimeZone = {}").format(zone))
+            cur = conn.cursor(binary=True)
+            utc_timestamps(cur)
+            row = cur.execute(query).fetchone()
+            assert row is not None
+            seen[zone] = row[0]
+            assert row[0] == datetime(2026, 1, 31, 12, tzinfo=UTC)
+        assert seen["Etc/UTC"].tzinfo is UTC  # not ZoneInfo("Etc/UTC"): no astimezone a row
+        assert seen["UTC"].tzinfo is UTC
+        assert seen["Europe/Paris"].tzinfo == ZoneInfo("Europe/Paris")
+        assert seen["Europe/Paris"].hour == 13
+        # Only that cursor: the connection's own loader is left as it was.
+        conn.execute("SET TimeZone = 'Etc/UTC'")
+        row = conn.cursor(binary=True).execute(query).fetchone()
+        assert row is not None and row[0].tzinfo == ZoneInfo("Etc/UTC")
+
+
+def test_polled_messages_keep_their_timestamps(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    any_client.publish_batch("t", [b"a", b"b"])
+    with psycopg.connect(any_client.conninfo) as conn:
+        rows = conn.execute(
+            f'SELECT created_at FROM {any_client.schema}.messages ORDER BY "offset"'
+        ).fetchall()
+    with any_client.consumer("g", "t") as c:
+        got = c.poll(timeout=1)
+    assert [m.timestamp for m in got] == [r[0] for r in rows]
+    assert all(m.timestamp.utcoffset() == r[0].utcoffset() for m, r in zip(got, rows, strict=True))

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from .._acompat import asleep
+from .._acompat import ABackground, aoutcome, asleep
 from .._db_async import AsyncDatabase
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned_async import (
@@ -30,6 +30,7 @@ from .records import (
     decode_headers,
     gc_paused,
     new_builder,
+    utc_timestamps,
 )
 
 POLL_INTERVAL = 0.5
@@ -37,6 +38,23 @@ POLL_INTERVAL = 0.5
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 """Keys and values one ``poll()`` fetches at most (Kafka's fetch.max.bytes); one message
 always comes, however large."""
+
+
+@dataclass
+class _Prefetch:
+    """A fetch sent ahead by ``poll()`` while the application handles the batch it returned
+    (after a full batch only: a backlog). Its rows become messages in the next ``poll()``, and
+    only for partitions still held at the same assignment and position (lost, handed over,
+    seeked or claimed meanwhile: dropped, never delivered)."""
+
+    fetched: dict[tuple[int, int], _Assigned]
+    starts: dict[tuple[int, int], int]
+    """The position each partition was fetched from."""
+    limit: int
+    max_bytes: int
+    rows: list[tuple[Any, ...]] | None = None
+    """The rows fetched (None: the fetch failed)."""
+    worker: Any = None
 
 
 @dataclass
@@ -117,6 +135,10 @@ class AsyncConsumer(AsyncAssignedPartitions):
             on_revoke=on_revoke,
         )
         self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._prefetch: _Prefetch | None = None
+        self._background = ABackground("postroom-prefetch")
+        self._last_full = False
+        """Whether the last fetch returned its limit of rows (more are likely waiting)."""
 
     # -- poll / commit --------------------------------------------------------------------
 
@@ -138,48 +160,134 @@ class AsyncConsumer(AsyncAssignedPartitions):
         while True:
             await self._apply_assignment()
             if not any(a.buffer for a in list(self._assigned.values())):
+                # Every notification dropped here is followed by a fetch whose snapshot is
+                # later: the prefetch used now was sent before, but a non-empty one is
+                # followed by another fetch (or prefetch) sent after this point.
                 await self._forget_wakeups()
-                await self._fetch(max_messages, max_bytes)
+                if not await self._use_prefetch(max_messages, max_bytes):
+                    await self._fetch(max_messages, max_bytes)
             taken = self._take(max_messages)
             if taken:
+                if self._last_full:
+                    self._start_prefetch(max_messages, max_bytes)
                 return taken
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
             await self._wait_for_wakeup(min(remaining, POLL_INTERVAL))
 
-    async def _fetch(self, limit: int, max_bytes: int) -> None:
+    def _fetch_params(self, limit: int, max_bytes: int) -> tuple[list[_Assigned], dict[str, Any]]:
+        """The partitions to fetch (in turn, see ``_rotated``) and the query's parameters."""
         with self._lock:
             assigned = self._rotated(list(self._assigned.values()), "_fetch_start")
-            params = {**self._id_arrays(assigned), "positions": [a.position for a in assigned]}
+            params = {
+                **self._id_arrays(assigned),
+                "positions": [a.position for a in assigned],
+                "limit": limit,
+                "max_bytes": max_bytes,
+            }
+        return assigned, params
+
+    async def _fetch(self, limit: int, max_bytes: int) -> None:
+        assigned, params = self._fetch_params(limit, max_bytes)
         if not assigned:
             return
-        fetched = {(a.meta.id, a.partition): a for a in assigned}
+        cur = await self._execute_fetch(params)
+        # The cyclic GC paused while the rows are made and turned into messages (no
+        # suspension inside: the result is here), and the rows freed before it resumes:
+        # records.gc_paused.
+        with gc_paused():
+            rows = await cur.fetchall()
+            self._buffer_rows(rows, {(a.meta.id, a.partition): a for a in assigned}, limit)
+            del rows
+
+    async def _execute_fetch(self, params: dict[str, Any]) -> psycopg.AsyncCursor[Any]:
+        """Run ``fetch_messages``; the cursor holds the rows (client memory: the connection
+        goes back to the pool before they are turned into messages)."""
         async with self._db.connection() as conn:
             # One statement, one snapshot: in autocommit it is one round trip, not three
             # (BEGIN, the query, COMMIT).
             await conn.set_autocommit(True)
             try:
-                cur = await conn.execute(
-                    self._db.q("fetch_messages"),
-                    {**params, "limit": limit, "max_bytes": max_bytes},
-                    binary=True,
-                )
-                # The cyclic GC paused while the rows are made and turned into messages (no
-                # suspension inside: the result is here), and the rows freed before it
-                # resumes: records.gc_paused.
-                with gc_paused():
-                    rows = await cur.fetchall()
-                    self._buffer(rows, fetched)
-                    del rows
+                cur = conn.cursor(binary=True)
+                utc_timestamps(cur)
+                await cur.execute(self._db.q("fetch_messages"), params)
             finally:
                 if not conn.closed:  # a broken connection is dropped by the pool as it is
                     await conn.set_autocommit(False)
+        return cur
+
+    def _buffer_rows(
+        self,
+        rows: list[tuple[Any, ...]],
+        fetched: dict[tuple[int, int], _Assigned],
+        limit: int,
+        starts: dict[tuple[int, int], int] | None = None,
+    ) -> None:
+        self._last_full = len(rows) >= limit
+        self._buffer(rows, fetched, starts)
+
+    def _start_prefetch(self, limit: int, max_bytes: int) -> None:
+        """Send the next fetch now, from the positions after the batch being returned, so the
+        server reads it while the application handles this one (see ``_Prefetch``). Only when
+        every buffer is empty: otherwise the next ``poll()`` would not fetch."""
+        if self._closed or self._prefetch is not None:
+            return
+        if any(a.buffer for a in list(self._assigned.values())):
+            return
+        assigned, params = self._fetch_params(limit, max_bytes)
+        if not assigned:
+            return
+        prefetch = _Prefetch(
+            {(a.meta.id, a.partition): a for a in assigned},
+            {(a.meta.id, a.partition): a.position for a in assigned},
+            limit,
+            max_bytes,
+        )
+        prefetch.worker = self._background.submit(self._run_prefetch, prefetch, params)
+        self._prefetch = prefetch
+
+    async def _run_prefetch(self, prefetch: _Prefetch, params: dict[str, Any]) -> None:
+        """The prefetch's query, and its rows made (not yet messages: that is left to the
+        next ``poll()``, which the sync consumer runs in another thread, so the two share
+        the work while one of them waits: this one for the server, that one for a commit)."""
+        try:
+            cur = await self._execute_fetch(params)
+            with gc_paused():  # the rows are GC-tracked tuples (see _fetch)
+                prefetch.rows = await cur.fetchall()
+        except Exception:  # noqa: BLE001 - dropped: the fetch in poll() runs again and reports
+            prefetch.rows = None
+
+    async def _use_prefetch(self, limit: int, max_bytes: int) -> bool:
+        """Buffer the prefetched rows (waiting for them if needed); whether any message came
+        of them. False (fetch now) if there was none, it failed, it was sent for other limits,
+        or every partition it read moved meanwhile."""
+        prefetch = await self._drop_prefetch()
+        if prefetch is None or prefetch.rows is None:
+            return False
+        rows, prefetch.rows = prefetch.rows, None
+        if (prefetch.limit, prefetch.max_bytes) != (limit, max_bytes):
+            return False
+        with gc_paused():  # as in _fetch
+            self._buffer_rows(rows, prefetch.fetched, limit, prefetch.starts)
+            del rows
+        return any(a.buffer for a in prefetch.fetched.values())
+
+    async def _drop_prefetch(self) -> _Prefetch | None:
+        """Wait for the fetch in flight, if any, and take it off the consumer."""
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None:
+            await aoutcome(prefetch.worker)  # never raises: _run_prefetch keeps no error
+        return prefetch
 
     def _buffer(
-        self, rows: list[tuple[Any, ...]], fetched: dict[tuple[int, int], _Assigned]
+        self,
+        rows: list[tuple[Any, ...]],
+        fetched: dict[tuple[int, int], _Assigned],
+        starts: dict[tuple[int, int], int] | None = None,
     ) -> None:
-        """Append fetched rows to their partitions' buffers as messages."""
+        """Append fetched rows to their partitions' buffers as messages (with ``starts``, the
+        rows of a prefetch: only where the position is still the one fetched from)."""
         # The per-row loop is most of a consumer's CPU: rows come ordered by partition, so the
         # buffer is looked up once per partition, and messages are built inline (one slot
         # store per field, no call per row).
@@ -195,6 +303,10 @@ class AsyncConsumer(AsyncAssignedPartitions):
                     # Handed over meanwhile (or taken again, at the cursor): these rows were
                     # fetched from the old position, for the old assignment only.
                     append = None
+                elif starts is not None and (
+                    target.position != starts.get(current) or target.buffer
+                ):
+                    append = None  # seeked or claimed since the prefetch was sent
                 else:
                     append, name = target.buffer.append, target.meta.name
             if append is not None:
@@ -361,6 +473,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
                 f"offset {offset} is beyond the high-water mark of {tp.topic}/{tp.partition}: "
                 f"allowed 0..{high_water}"
             )
+        await self._drop_prefetch()
         assigned.position = offset
         assigned.buffer.clear()
 
@@ -482,6 +595,8 @@ class AsyncConsumer(AsyncAssignedPartitions):
             return
         self._closed = True
         try:
+            await self._drop_prefetch()
+            self._background.close()
             if self._membership is not None:
                 with self._lock:
                     held = set(self._assigned)
