@@ -27,11 +27,11 @@ from .membership import DEFAULT_MAX_POLL_INTERVAL
 from .metadata import TopicCache
 from .records import (
     Message,
+    MessageBuilder,
     TopicPartition,
     check_offset,
     decode_headers,
     gc_paused,
-    new_builder,
     utc_timestamps,
 )
 
@@ -296,7 +296,9 @@ class Consumer(AssignedPartitions):
         current: tuple[int, int] | None = None
         append: Any = None
         name = ""
-        new, message_class = new_builder, Message
+        # object.__new__(MessageBuilder) in the loop: new_builder()'s call frame was ~20% of
+        # the loop (micro-benchmark: 239 -> 196 ns a message).
+        new, builder, message_class = object.__new__, MessageBuilder, Message
         for topic_id, partition, offset, key, value, headers, created_at in rows:
             if current != (topic_id, partition):
                 current = (topic_id, partition)
@@ -312,7 +314,7 @@ class Consumer(AssignedPartitions):
                 else:
                     append, name = target.buffer.append, target.meta.name
             if append is not None:
-                message: Any = new()
+                message: Any = new(builder)
                 message.topic = name
                 message.partition = partition
                 message.offset = offset
@@ -566,11 +568,12 @@ class Consumer(AssignedPartitions):
             raise
         names = {assigned.meta.id: assigned.meta.name for assigned in order}
         messages: list[Message] = []
-        append, new, message_class = messages.append, new_builder, Message
+        append, new, builder = messages.append, object.__new__, MessageBuilder
+        message_class = Message
         with gc_paused():  # as in _fetch
             rows = cur.fetchall()
             for topic_id, partition, offset, key, value, headers, created_at in rows:
-                message: Any = new()
+                message: Any = new(builder)
                 message.topic = names.get(topic_id, order[0].meta.name)
                 message.partition = partition
                 message.offset = offset

@@ -80,10 +80,11 @@ class MessageBuilder:
     """A mutable twin of :class:`Message` with the same slots, to build messages fast.
 
     The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: 2.5 us a
-    message, the largest cost of consuming. The consumer makes this twin (``new_builder()``, then
-    one plain slot assignment per field, in its own loop: no call frame per message) and moves it
-    into the ``Message`` class, which assignment to ``__class__`` allows between classes of the
-    same slot layout; from then on it is an ordinary, frozen ``Message``.
+    message, the largest cost of consuming. The consumer makes this twin (``new_builder()``, or
+    ``object.__new__(MessageBuilder)`` inline in its loop), sets one plain slot per field (no
+    call frame per message) and moves it into the ``Message`` class, which assignment to
+    ``__class__`` allows between classes of the same slot layout; from then on it is an
+    ordinary, frozen ``Message``.
     """
 
     topic: str
