@@ -104,11 +104,11 @@ def test_a_failed_prefetch_is_fetched_again_in_the_poll(client: postroom.Client)
         real = c._execute_fetch
         calls: list[str] = []
 
-        def flaky(params: dict[str, Any]) -> Any:
+        def flaky(params: dict[str, Any], *sending: Any) -> Any:
             calls.append(threading.current_thread().name)
             if len(calls) == 2:
                 raise psycopg.OperationalError("cut")
-            return real(params)
+            return real(params, *sending)
 
         c._execute_fetch = flaky  # type: ignore[method-assign]
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10))
@@ -160,3 +160,37 @@ def test_a_prefetch_for_a_partition_lost_to_a_rebalance_is_never_delivered(
     finally:
         second.close()
         first.close()
+
+
+def test_ends_finds_where_each_partition_stops() -> None:
+    from postroom.log.consumer import _ends
+
+    rows = [(1, 2, o) for o in range(5, 9)] + [(1, 0, 3)] + [(2, 0, o) for o in range(100)]
+    assert _ends(rows) == {(1, 2): 9, (1, 0): 4, (2, 0): 100}
+    assert _ends([]) == {}
+
+
+def test_a_backlog_is_read_through_prefetches_with_no_fetch_in_the_poll(
+    client: postroom.Client,
+) -> None:
+    """Each prefetch is sent, from where the rows before it end, as soon as those arrive: its
+    start matches the positions when it is used, so the poll never fetches itself."""
+    client.create_topic("t", partitions=3)
+    client.publish_batch("t", [{"value": str(i), "partition": i % 3} for i in range(600)])
+    with client.consumer("g", "t") as c:
+        real = c._fetch
+        foreground: list[dict[int, int]] = []
+
+        def counted(limit: int, max_bytes: int) -> None:
+            foreground.append({tp.partition: a.position for tp, a in c._assigned.items()})
+            real(limit, max_bytes)
+
+        c._fetch = counted  # type: ignore[method-assign]
+        got = 0
+        while batch := c.poll(timeout=0.2, max_messages=64):
+            got += len(batch)
+            c.commit()
+        assert got == 600
+        # The first fetch only; the others, once all was read, found nothing.
+        behind = [f for f in foreground if any(position < 200 for position in f.values())]
+        assert behind == [{0: 0, 1: 0, 2: 0}], foreground

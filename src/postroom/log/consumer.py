@@ -7,14 +7,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from .._acompat import Background, outcome, sleep
+from .._acompat import Background, Event, outcome, sleep
 from .._db import Database
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned import (
@@ -57,6 +57,27 @@ class _Prefetch:
     rows: list[tuple[Any, ...]] | None = None
     """The rows fetched (None: the fetch failed)."""
     worker: Any = None
+    sending: Event = field(default_factory=Event)
+    """Set as the query is about to be sent (see ``_prefetch_after``)."""
+
+
+def _ends(rows: list[tuple[Any, ...]]) -> dict[tuple[int, int], int]:
+    """The offset after the last row of each partition in ``rows`` (rows of a partition are
+    contiguous: a binary search per partition finds its last, not a step per row)."""
+    ends: dict[tuple[int, int], int] = {}
+    start, count = 0, len(rows)
+    while start < count:
+        key = (rows[start][0], rows[start][1])
+        low, high = start, count - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if (rows[middle][0], rows[middle][1]) == key:
+                low = middle
+            else:
+                high = middle - 1
+        ends[key] = rows[low][2] + 1
+        start = low + 1
+    return ends
 
 
 @dataclass
@@ -139,8 +160,6 @@ class Consumer(AssignedPartitions):
         self._listener: psycopg.Connection[Any] | None = None
         self._prefetch: _Prefetch | None = None
         self._background = Background("postroom-prefetch")
-        self._last_full = False
-        """Whether the last fetch returned its limit of rows (more are likely waiting)."""
 
     # -- poll / commit --------------------------------------------------------------------
 
@@ -163,15 +182,13 @@ class Consumer(AssignedPartitions):
             self._apply_assignment()
             if not any(a.buffer for a in list(self._assigned.values())):
                 # Every notification dropped here is followed by a fetch whose snapshot is
-                # later: the prefetch used now was sent before, but a non-empty one is
-                # followed by another fetch (or prefetch) sent after this point.
+                # later: the prefetch used now was sent before, but a full one sends the next
+                # now, and after any other the next poll that needs rows fetches again.
                 self._forget_wakeups()
                 if not self._use_prefetch(max_messages, max_bytes):
                     self._fetch(max_messages, max_bytes)
             taken = self._take(max_messages)
             if taken:
-                if self._last_full:
-                    self._start_prefetch(max_messages, max_bytes)
                 return taken
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -200,12 +217,17 @@ class Consumer(AssignedPartitions):
         # records.gc_paused.
         with gc_paused():
             rows = cur.fetchall()
-            self._buffer_rows(rows, {(a.meta.id, a.partition): a for a in assigned}, limit)
+        self._prefetch_after(rows, limit, max_bytes)
+        with gc_paused():
+            self._buffer(rows, {(a.meta.id, a.partition): a for a in assigned})
             del rows
 
-    def _execute_fetch(self, params: dict[str, Any]) -> psycopg.Cursor[Any]:
+    def _execute_fetch(
+        self, params: dict[str, Any], sending: Event | None = None
+    ) -> psycopg.Cursor[Any]:
         """Run ``fetch_messages``; the cursor holds the rows (client memory: the connection
-        goes back to the pool before they are turned into messages)."""
+        goes back to the pool before they are turned into messages). ``sending`` is set just
+        before the query goes out."""
         with self._db.connection() as conn:
             # One statement, one snapshot: in autocommit it is one round trip, not three
             # (BEGIN, the query, COMMIT).
@@ -213,48 +235,50 @@ class Consumer(AssignedPartitions):
             try:
                 cur = conn.cursor(binary=True)
                 utc_timestamps(cur)
+                if sending is not None:
+                    sending.set()
                 cur.execute(self._db.q("fetch_messages"), params)
             finally:
                 if not conn.closed:  # a broken connection is dropped by the pool as it is
                     conn.set_autocommit(False)
         return cur
 
-    def _buffer_rows(
-        self,
-        rows: list[tuple[Any, ...]],
-        fetched: dict[tuple[int, int], _Assigned],
-        limit: int,
-        starts: dict[tuple[int, int], int] | None = None,
-    ) -> None:
-        self._last_full = len(rows) >= limit
-        self._buffer(rows, fetched, starts)
-
-    def _start_prefetch(self, limit: int, max_bytes: int) -> None:
-        """Send the next fetch now, from the positions after the batch being returned, so the
-        server reads it while the application handles this one (see ``_Prefetch``). Only when
-        every buffer is empty: otherwise the next ``poll()`` would not fetch."""
-        if self._closed or self._prefetch is not None:
+    def _prefetch_after(self, rows: list[tuple[Any, ...]], limit: int, max_bytes: int) -> None:
+        """After a full batch of ``rows`` (a backlog), send the next fetch at once, from where
+        they end, before they are turned into messages: the server reads it while this
+        ``poll()`` builds and returns them and the application handles them (see
+        ``_Prefetch``). Its rows are used once every buffer is empty again, so its start is
+        then each partition's position, or it is dropped."""
+        if len(rows) < limit or self._closed or self._prefetch is not None:
             return
-        if any(a.buffer for a in list(self._assigned.values())):
-            return
-        assigned, params = self._fetch_params(limit, max_bytes)
+        ends = _ends(rows)
+        with self._lock:
+            assigned = self._rotated(list(self._assigned.values()), "_fetch_start")
         if not assigned:
             return
-        prefetch = _Prefetch(
-            {(a.meta.id, a.partition): a for a in assigned},
-            {(a.meta.id, a.partition): a.position for a in assigned},
-            limit,
-            max_bytes,
-        )
+        keys = [(a.meta.id, a.partition) for a in assigned]
+        starts = {key: ends.get(key, a.position) for key, a in zip(keys, assigned, strict=True)}
+        params = {
+            **self._id_arrays(assigned),
+            "positions": list(starts.values()),
+            "limit": limit,
+            "max_bytes": max_bytes,
+        }
+        prefetch = _Prefetch(dict(zip(keys, assigned, strict=True)), starts, limit, max_bytes)
         prefetch.worker = self._background.submit(self._run_prefetch, prefetch, params)
         self._prefetch = prefetch
+        # Let the prefetch send its query before the rows are turned into messages: that
+        # loop holds the GIL (the event loop, in the async consumer) for milliseconds, and
+        # the query would wait for it to end. Set just before the send, the event wakes this
+        # thread once the prefetch blocks on the server, or within the switch interval.
+        prefetch.sending.wait_timeout(0.01)
 
     def _run_prefetch(self, prefetch: _Prefetch, params: dict[str, Any]) -> None:
         """The prefetch's query, and its rows made (not yet messages: that is left to the
         next ``poll()``, which the sync consumer runs in another thread, so the two share
         the work while one of them waits: this one for the server, that one for a commit)."""
         try:
-            cur = self._execute_fetch(params)
+            cur = self._execute_fetch(params, prefetch.sending)
             with gc_paused():  # the rows are GC-tracked tuples (see _fetch)
                 prefetch.rows = cur.fetchall()
         except Exception:  # noqa: BLE001 - dropped: the fetch in poll() runs again and reports
@@ -270,8 +294,9 @@ class Consumer(AssignedPartitions):
         rows, prefetch.rows = prefetch.rows, None
         if (prefetch.limit, prefetch.max_bytes) != (limit, max_bytes):
             return False
+        self._prefetch_after(rows, limit, max_bytes)
         with gc_paused():  # as in _fetch
-            self._buffer_rows(rows, prefetch.fetched, limit, prefetch.starts)
+            self._buffer(rows, prefetch.fetched, prefetch.starts)
             del rows
         return any(a.buffer for a in prefetch.fetched.values())
 
