@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 
 import postroom
+from postroom import TopicPartition
 
 
 def _fetch(
@@ -159,3 +160,15 @@ def test_polled_messages_keep_their_timestamps(any_client: postroom.Client) -> N
         got = c.poll(timeout=1)
     assert [m.timestamp for m in got] == [r[0] for r in rows]
     assert all(m.timestamp.utcoffset() == r[0].utcoffset() for m, r in zip(got, rows, strict=True))
+
+
+def test_claimed_messages_keep_their_timestamps_as_polled_ones(any_client: postroom.Client) -> None:
+    any_client.create_topic("t")
+    any_client.publish_batch("t", [b"a", b"b"])
+    with any_client.consumer("g", "t") as c:
+        polled = c.poll(timeout=1)
+        c.seek(TopicPartition("t", 0), 0)
+        with c.transaction(max_messages=10, timeout=1) as batch:
+            claimed = list(batch)
+    assert [m.timestamp for m in claimed] == [m.timestamp for m in polled]
+    assert [m.timestamp.tzinfo for m in claimed] == [m.timestamp.tzinfo for m in polled]

@@ -575,8 +575,10 @@ class Consumer(AssignedPartitions):
             order = self._rotated(list(self._assigned.values()), "_claim_start")
         if not order:
             return []
+        cur = conn.cursor(binary=True)
+        utc_timestamps(cur)  # as poll()'s
         try:
-            cur = conn.execute(
+            cur.execute(
                 self._db.q("claim_batch"),
                 {
                     "group": self.group,
@@ -585,7 +587,6 @@ class Consumer(AssignedPartitions):
                     "epochs": [a.epoch for a in order],
                     "limit": limit,
                 },
-                binary=True,
             )
         except psycopg.Error as exc:
             if exc.sqlstate == "PRF01" and self._membership is not None:

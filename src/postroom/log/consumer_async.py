@@ -579,8 +579,10 @@ class AsyncConsumer(AsyncAssignedPartitions):
             order = self._rotated(list(self._assigned.values()), "_claim_start")
         if not order:
             return []
+        cur = conn.cursor(binary=True)
+        utc_timestamps(cur)  # as poll()'s
         try:
-            cur = await conn.execute(
+            await cur.execute(
                 self._db.q("claim_batch"),
                 {
                     "group": self.group,
@@ -589,7 +591,6 @@ class AsyncConsumer(AsyncAssignedPartitions):
                     "epochs": [a.epoch for a in order],
                     "limit": limit,
                 },
-                binary=True,
             )
         except psycopg.Error as exc:
             if exc.sqlstate == "PRF01" and self._membership is not None:
