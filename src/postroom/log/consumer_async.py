@@ -270,8 +270,9 @@ class AsyncConsumer(AsyncAssignedPartitions):
         # Let the prefetch send its query before the rows are turned into messages: that
         # loop holds the GIL (the event loop, in the async consumer) for milliseconds, and
         # the query would wait for it to end. Set just before the send, the event wakes this
-        # thread once the prefetch blocks on the server, or within the switch interval.
-        await prefetch.sending.wait_timeout(0.01)
+        # thread once the prefetch blocks on the server (or after 2 ms, if it was not
+        # scheduled: a busy machine).
+        await prefetch.sending.wait_timeout(0.002)
 
     async def _run_prefetch(self, prefetch: _Prefetch, params: dict[str, Any]) -> None:
         """The prefetch's query, and its rows made (not yet messages: that is left to the
