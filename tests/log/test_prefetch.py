@@ -194,3 +194,17 @@ def test_a_backlog_is_read_through_prefetches_with_no_fetch_in_the_poll(
         # The first fetch only; the others, once all was read, found nothing.
         behind = [f for f in foreground if any(position < 200 for position in f.values())]
         assert behind == [{0: 0, 1: 0, 2: 0}], foreground
+
+
+def test_a_pool_of_one_connection_is_enough(client: postroom.Client, dsn: str) -> None:
+    """The prefetch gives its connection back as soon as its rows are in: commit() and the
+    group's heartbeats, which need one too, never wait on the thread that waits on them."""
+    client.create_topic("t", partitions=2)
+    client.publish_batch("t", [{"value": str(i), "partition": i % 2} for i in range(300)])
+    got = 0
+    with postroom.connect(dsn, max_size=1) as small, small.consumer("g", "t") as c:
+        while batch := c.poll(timeout=0.3, max_messages=20):
+            got += len(batch)
+            c.commit()
+    assert got == 300
+    assert client.describe_group("g").lag == 0
