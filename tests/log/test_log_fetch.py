@@ -83,25 +83,29 @@ def test_fetch_orders_and_limits_both_branches(client: postroom.Client) -> None:
     assert _fetch(client, "t", {0: 40, 1: 40}, 10, 100) == []
 
 
-def test_the_plain_branch_is_a_range_read_with_no_sort(client: postroom.Client) -> None:
-    """The plain branch returns (ord, offset) order only through its plan: a nested loop over
-    the positions (a function scan WITH ORDINALITY) and one ordered index scan per partition,
-    no sort and no window on the way, nothing parallel. If the planner ever chose otherwise
-    this test says so (the byte-budget branch sorts explicitly)."""
+def test_the_fetch_is_a_range_read_with_no_sort(client: postroom.Client) -> None:
+    """The fetch returns (ord, offset) order only through its plan: a nested loop over the
+    positions (a function scan WITH ORDINALITY) and one ordered index scan per partition, no
+    sort and no window on the way, nothing parallel; the running sum of the byte cut is not
+    run when the messages fit. If the planner ever chose otherwise this test says so."""
     client.create_topic("t", partitions=4)
     client.publish_batch("t", [{"value": b"x" * 100, "partition": i % 4} for i in range(4000)])
-    plan = [
-        r[0] for r in _fetch(client, "t", {1: 0, 2: 0, 3: 0, 0: 0}, 1500, 50 << 20, explain=True)
-    ]
-    text = "\n".join(plan)
-    assert "Gather" not in text
-    assert "Parallel" not in text
-    executed, budget_branch = text.split('Subquery Scan on "*SELECT* 2"')
-    # The plain branch ran, with no sort or window, and read the rows as a nested loop.
-    assert "Sort" not in executed and "WindowAgg" not in executed, text
-    assert "Nested Loop" in executed and "Function Scan" in executed, text
-    # The budget branch never read a row.
-    assert "never executed" in budget_branch, text
+    for budget, cut in ((50 << 20, False), (20_000, True)):
+        plan = [
+            r[0] for r in _fetch(client, "t", {1: 0, 2: 0, 3: 0, 0: 0}, 1500, budget, explain=True)
+        ]
+        text = "\n".join(plan)
+        assert "Gather" not in text and "Parallel" not in text, text
+        assert plan[0].startswith("Limit"), text
+        # The rows: the top Limit's own child (the InitPlan of the limit is listed first).
+        top = [line for line in plan if line.startswith("  ->  ")]
+        assert len(top) == 1 and top[0].startswith("  ->  Nested Loop"), text
+        assert plan[0].startswith(f"Limit (actual rows={200 if cut else 1500} "), text
+        body = plan[plan.index(top[0]) :]
+        assert not any("Sort" in line or "WindowAgg" in line for line in body), text
+        # The byte cut's running sum runs only when the messages do not fit.
+        window = [line for line in plan if "WindowAgg" in line]
+        assert len(window) == 1 and ("never executed" in window[0]) != cut, text
 
 
 def test_poll_keeps_the_byte_budget(any_client: postroom.Client) -> None:
