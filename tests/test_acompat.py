@@ -108,18 +108,20 @@ def test_both_event_flavours_wait_with_a_timeout() -> None:
 
 
 def test_both_background_flavours_run_calls_and_give_their_outcome() -> None:
+    threads: set[int] = set()
+
     def thread_call(x: int) -> int:
         if x < 0:
             raise ValueError("negative")
         return x * 2
 
+    def recorded(x: int) -> int:
+        threads.add(threading.get_ident())
+        return thread_call(x)
+
     background = _acompat.Background("postroom-test")
-    threads = set()
     for x in (1, 2, 3):
-        future = background.submit(
-            lambda v: (threads.add(threading.get_ident()), thread_call(v))[1], x
-        )
-        assert _acompat.outcome(future) == 2 * x
+        assert _acompat.outcome(background.submit(recorded, x)) == 2 * x
     assert len(threads) == 1 and threading.get_ident() not in threads  # one thread, kept
     with pytest.raises(ValueError, match="negative"):
         _acompat.outcome(background.submit(thread_call, -1))

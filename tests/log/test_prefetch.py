@@ -110,7 +110,7 @@ def test_a_failed_prefetch_is_fetched_again_in_the_poll(client: postroom.Client)
                 raise psycopg.OperationalError("cut")
             return real(params, *sending)
 
-        c._execute_fetch = flaky  # type: ignore[method-assign]
+        c._execute_fetch = flaky  # type: ignore[method-assign,assignment]
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10))
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10, 20))
         assert calls[1].startswith("postroom-prefetch")  # the one that failed
