@@ -110,6 +110,43 @@ def test_both_event_flavours_wait_with_a_timeout() -> None:
     asyncio.run(scenario())
 
 
+def test_both_background_flavours_run_calls_and_give_their_outcome() -> None:
+    threads: set[int] = set()
+
+    def thread_call(x: int) -> int:
+        if x < 0:
+            raise ValueError("negative")
+        return x * 2
+
+    def recorded(x: int) -> int:
+        threads.add(threading.get_ident())
+        return thread_call(x)
+
+    background = _acompat.Background("postroom-test")
+    for x in (1, 2, 3):
+        assert _acompat.outcome(background.submit(recorded, x)) == 2 * x
+    assert len(threads) == 1 and threading.get_ident() not in threads  # one thread, kept
+    with pytest.raises(ValueError, match="negative"):
+        _acompat.outcome(background.submit(thread_call, -1))
+    background.close()
+    background.close()
+    assert _acompat.outcome(background.submit(thread_call, 4)) == 8  # a new thread after close
+    background.close()
+
+    async def scenario() -> None:
+        async def task_call(x: int) -> int:
+            await asyncio.sleep(0)
+            return thread_call(x)
+
+        abackground = _acompat.ABackground("postroom-test")
+        assert await _acompat.aoutcome(abackground.submit(task_call, 5)) == 10
+        with pytest.raises(ValueError, match="negative"):
+            await _acompat.aoutcome(abackground.submit(task_call, -1))
+        abackground.close()
+
+    asyncio.run(scenario())
+
+
 def test_the_async_names_other_modules_import_are_still_there() -> None:
     for name in ["ALock", "ACondition", "AEvent", "AFuture", "AQueue", "aspawn", "agather"]:
         assert hasattr(_acompat, name), name

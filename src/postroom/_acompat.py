@@ -124,6 +124,50 @@ def gather(worker: threading.Thread, timeout: float | None = None) -> None:
         raise error
 
 
+class ABackground:
+    """Runs calls in the background, one at a time: a task per call."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def submit(self, func: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> asyncio.Task[T]:
+        return asyncio.get_running_loop().create_task(func(*args), name=self.name)
+
+    def close(self) -> None:
+        pass
+
+
+class Background:
+    """Runs calls in the background, one at a time, in a thread kept for the next call:
+    ``Thread.start()`` waits until the new thread runs, a cost per call that showed in a
+    consumer's profile (5% of its thread's time, bench/RESULTS.md). ``close()`` lets the
+    thread end once its call is done."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._executor: ThreadPoolExecutor | None = None
+
+    def submit(self, func: Callable[..., T], *args: Any) -> _ThreadFuture[T]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+        return self._executor.submit(func, *args)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+
+async def aoutcome(task: asyncio.Task[T]) -> T:
+    """Wait for a call ``ABackground.submit`` started; its result, or what it raised."""
+    return await task
+
+
+def outcome(future: _ThreadFuture[T]) -> T:
+    """Wait for a call ``Background.submit`` started; its result, or what it raised."""
+    return future.result()
+
+
 async def acall_hook(func: Callable[..., Any], *args: Any) -> Any:
     """Call a user callback (``on_assign``...): a coroutine function's result is awaited."""
     result = func(*args)

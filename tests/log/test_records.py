@@ -81,3 +81,26 @@ def test_gc_paused_restores_the_collector_state_even_on_error() -> None:
         assert not gc.isenabled()  # the caller's choice stands
     finally:
         gc.enable()
+
+
+def test_overlapping_gc_pauses_resume_the_collector_once_the_last_ends() -> None:
+    import gc
+    import threading
+
+    from postroom.log.records import gc_paused
+
+    entered, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with gc_paused():
+            entered.set()
+            release.wait(10)
+
+    with gc_paused():
+        thread = threading.Thread(target=other)
+        thread.start()
+        assert entered.wait(10)
+    assert not gc.isenabled()  # the other pause still runs
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()

@@ -127,28 +127,64 @@ JOIN {schema}.cursors c
 -- first message always comes) (no locks). A reader can never see offset n+1 without n: a
 -- writer's rows become visible at its commit, and the next writer only reserves offsets after
 -- that commit released the counter row lock.
-SELECT topic_id, partition, "offset", key, value, headers, created_at
-FROM (
-    SELECT f.*, sum(f.size) OVER (ORDER BY f.ord, f."offset") - f.size AS before
+-- A plain range read: the nested loop over the positions (WITH ORDINALITY: ordered by ord) and
+-- each partition's index scan (ordered by offset) yields (ord, offset) order with no sort, and
+-- LIMIT stops it. The limit is computed first (an InitPlan, same snapshot): a narrow pass sums
+-- the keys and values of the next %(limit)s messages; if they fit in %(max_bytes)s (the common
+-- case) it is %(limit)s, else the count of them that fit (at least 1), by a running sum in that
+-- pass, evaluated only then. A sort and a window over the rows themselves cost 2.5x per row
+-- (bench/RESULTS.md). tests/log/test_log_fetch.py checks the plan's shape.
+SELECT a.topic_id, a.partition, m."offset", m.key, m.value, m.headers, m.created_at
+FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[],
+            %(positions)s::bigint[]) WITH ORDINALITY AS a(topic_id, partition, position, ord)
+CROSS JOIN LATERAL (
+    SELECT m."offset", m.key, m.value, m.headers, m.created_at
+    FROM {schema}.messages m
+    WHERE m.topic_id = a.topic_id AND m.partition = a.partition AND m."offset" >= a.position
+    ORDER BY m."offset"
+    LIMIT %(limit)s
+) m
+ORDER BY a.ord
+LIMIT (
+    SELECT CASE WHEN coalesce(sum(s.size), 0) <= %(max_bytes)s THEN %(limit)s::bigint ELSE (
+        SELECT greatest(count(*) FILTER (WHERE c.total <= %(max_bytes)s), 1)
+        FROM (
+            SELECT sum(r.size) OVER (ORDER BY r.ord, r."offset" ROWS UNBOUNDED PRECEDING)
+                   AS total
+            FROM (
+                SELECT a.ord, m."offset",
+                       octet_length(m.value) + coalesce(octet_length(m.key), 0) AS size
+                FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[],
+                            %(positions)s::bigint[])
+                     WITH ORDINALITY AS a(topic_id, partition, position, ord)
+                CROSS JOIN LATERAL (
+                    SELECT m."offset", m.key, m.value
+                    FROM {schema}.messages m
+                    WHERE m.topic_id = a.topic_id AND m.partition = a.partition
+                      AND m."offset" >= a.position
+                    ORDER BY m."offset"
+                    LIMIT %(limit)s
+                ) m
+                ORDER BY a.ord, m."offset"
+                LIMIT %(limit)s
+            ) r
+        ) c
+    ) END
     FROM (
-        SELECT a.ord, a.topic_id, a.partition, m."offset", m.key, m.value, m.headers,
-               m.created_at, octet_length(m.value) + coalesce(octet_length(m.key), 0) AS size
+        SELECT octet_length(m.value) + coalesce(octet_length(m.key), 0) AS size
         FROM unnest(%(topic_ids)s::integer[], %(partitions)s::integer[],
-                    %(positions)s::bigint[]) WITH ORDINALITY AS a(topic_id, partition, position, ord)
+                    %(positions)s::bigint[]) AS a(topic_id, partition, position)
         CROSS JOIN LATERAL (
-            SELECT m."offset", m.key, m.value, m.headers, m.created_at
+            SELECT m.key, m.value
             FROM {schema}.messages m
             WHERE m.topic_id = a.topic_id AND m.partition = a.partition
               AND m."offset" >= a.position
             ORDER BY m."offset"
             LIMIT %(limit)s
         ) m
-        ORDER BY a.ord, m."offset"
         LIMIT %(limit)s
-    ) f
-) w
-WHERE w.before = 0 OR w.before + w.size <= %(max_bytes)s
-ORDER BY w.ord, w."offset";
+    ) s
+);
 
 -- name: reset_cursors
 -- Sets a group's cursors on one topic (optionally one partition) to earliest, latest, an offset

@@ -10,11 +10,15 @@ import os
 import re
 import secrets
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
+
+import psycopg
+from psycopg import pq
 
 from ..errors import InvalidArgument, InvalidName, InvalidType, MessageTooLarge
 
@@ -76,10 +80,11 @@ class MessageBuilder:
     """A mutable twin of :class:`Message` with the same slots, to build messages fast.
 
     The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: 2.5 us a
-    message, the largest cost of consuming. The consumer makes this twin (``new_builder()``, then
-    one plain slot assignment per field, in its own loop: no call frame per message) and moves it
-    into the ``Message`` class, which assignment to ``__class__`` allows between classes of the
-    same slot layout; from then on it is an ordinary, frozen ``Message``.
+    message, the largest cost of consuming. The consumer makes this twin (``new_builder()``, or
+    ``object.__new__(MessageBuilder)`` inline in its loop), sets one plain slot per field (no
+    call frame per message) and moves it into the ``Message`` class, which assignment to
+    ``__class__`` allows between classes of the same slot layout; from then on it is an
+    ordinary, frozen ``Message``.
     """
 
     topic: str
@@ -114,6 +119,11 @@ def build_message(
     return cast(Message, message)
 
 
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_resume = False
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off for a loop that builds thousands of messages.
@@ -123,15 +133,53 @@ def gc_paused() -> Iterator[None]:
     that walked every object of the process: 20-30% of a consumer's CPU (gc.callbacks; see
     bench/RESULTS.md). The loop creates no reference cycles, so nothing is lost by collecting
     once, after it. Left off if it was off already (the caller's choice stands).
+
+    Pauses may overlap (a sync consumer's prefetch thread makes rows while its poll builds
+    messages): the collector is turned off by the first and back on by the last to end.
     """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    global _gc_pauses, _gc_resume
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_resume:
+                gc.enable()
+
+
+_UTC_ZONES = frozenset(
+    {"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"}
+)
+
+
+class _UtcTimestamptzLoader:
+    """psycopg's own binary ``timestamptz`` loader, made without a connection: it returns
+    datetimes in ``datetime.timezone.utc``, with no conversion to the session's zone."""
+
+    format = pq.Format.BINARY
+
+    def __new__(cls, oid: int, context: Any = None) -> Any:
+        base = psycopg.adapters.get_loader(oid, pq.Format.BINARY)
+        assert base is not None
+        return base(oid, None)
+
+
+def utc_timestamps(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+    """Make ``cursor`` load ``timestamptz`` as ``datetime.timezone.utc`` datetimes when the
+    session's zone is UTC under another name (``Etc/UTC``, a common server default).
+
+    Same instants, offsets and names, but psycopg converts each value to a zone other than
+    ``timezone.utc`` through ``astimezone``: 370 ns a row against 120, most of what making a
+    fetched row cost (bench/RESULTS.md). In any other zone the session's zone is kept.
+    """
+    zone = cursor.connection.info.timezone
+    if zone is not UTC and getattr(zone, "key", None) in _UTC_ZONES:
+        cursor.adapters.register_loader("timestamptz", cast(Any, _UtcTimestamptzLoader))
 
 
 def check_name(kind: str, name: object) -> str:
