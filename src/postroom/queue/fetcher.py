@@ -61,7 +61,10 @@ class Fetcher:
     many jobs as the slots run in ``AUTO_PREFETCH_WINDOW`` seconds, at most ``AUTO_PREFETCH_MAX``,
     none until the first jobs ran: a claimed-ahead job waits ~50 ms at most for a slot.
     A claim happens on a wake-up (notification, a full batch last time) at once, otherwise
-    every ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
+    every ``poll_interval`` seconds. Slots wake lazily: short jobs (``SHORT_JOB``) wake one
+    parked slot, which runs them back to back; others wake one slot per job; buffered jobs that
+    no slot took for ``STALL_SECONDS`` (a long job after short ones) wake the parked slots.
+    ``on_drained`` is called, in burst mode, when a claim found
     nothing, no slot is busy and every outcome is written back."""
 
     def __init__(
