@@ -132,3 +132,48 @@ def test_slow_jobs_after_short_ones_run_on_every_slot_at_once(
     assert took < 4 * SLEEP, took
     first_round = sorted(started)[:4]
     assert first_round[-1] - first_round[0] < SLEEP / 2, [t - started[0] for t in started]
+
+
+def test_a_slot_takes_a_short_job_above_low_water_without_the_lock() -> None:
+    unit = ScriptedFetcher(concurrency=4)
+    for _ in range(50):
+        unit.job_ran(SHORT_JOB / 10)
+    unit._buffer.extend(unit._claim(10))  # _claim_at is 0 without prefetch
+    got: list[Claimed | None] = []
+    with unit._cond:  # held: only the lock-free path can hand out a job
+        taker = threading.Thread(target=lambda: got.append(unit.next_job()))
+        taker.start()
+        taker.join(5)
+        assert not taker.is_alive(), "next_job waited for the lock"
+    assert got[0] is not None and got[0].id == 1
+
+
+def test_slots_racing_for_short_jobs_take_each_job_once() -> None:
+    """Four slots take short jobs, lock-free above the low-water mark and with the lock below
+    it, while the fetch loop claims: no job is taken twice or lost (stop() returns the rest)."""
+    unit = ScriptedFetcher(concurrency=4)
+    unit._prefetch = 200
+    for _ in range(50):
+        unit.job_ran(SHORT_JOB / 10)
+    taken: list[list[int]] = [[] for _ in range(4)]
+
+    def slot(mine: list[int]) -> None:
+        while True:
+            job = unit.next_job()
+            if job is None:
+                return
+            mine.append(job.id)
+            unit.job_ran(SHORT_JOB / 10)
+
+    slots = [threading.Thread(target=slot, args=(mine,)) for mine in taken]
+    for thread in slots:
+        thread.start()
+    fetch = threading.Thread(target=unit.run)
+    fetch.start()
+    wait_for(lambda: sum(map(len, taken)) > 20_000, 30, "jobs to be taken")
+    left = unit.stop()
+    fetch.join(10)
+    for thread in slots:
+        thread.join(10)
+    ids = sorted([i for mine in taken for i in mine] + [job.id for job in left])
+    assert ids == list(range(1, unit.next_id))

@@ -177,8 +177,30 @@ class Fetcher:
         wanted = self._concurrency * AUTO_PREFETCH_WINDOW / max(average, 1e-6)
         return min(AUTO_PREFETCH_MAX, int(wanted))
 
+    def _take_unlocked(self) -> Claimed | None:
+        """A buffered job taken without the lock, when nothing needs notifying; None: take
+        the lock path."""
+        # Threads: with short jobs well above the low-water mark, a job is taken without the
+        # lock (popleft is atomic; a slot that lost the race for the last jobs takes the lock
+        # path). Nothing to notify: the fetch loop is not due, and with short jobs no parked
+        # slot is woken for the next job. A count lost to a race only blurs the take rate and
+        # the stall watch, which needs the count to move, not to be exact.
+        buffer = self._buffer
+        while self._claiming and len(buffer) > self._claim_at + 1 and self._short():
+            try:
+                job = buffer.popleft()
+            except IndexError:
+                break
+            self._taken += 1
+            if job.interrupt_kind != "lost":
+                return job
+        return None
+
     def next_job(self) -> Claimed | None:
         """The next claimed job for a slot; None once the worker stops claiming."""
+        job = self._take_unlocked()
+        if job is not None:
+            return job
         with self._cond:
             self._idle += 1
             if not self._buffer:

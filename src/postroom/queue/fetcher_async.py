@@ -175,8 +175,14 @@ class AsyncFetcher:
         wanted = self._concurrency * AUTO_PREFETCH_WINDOW / max(average, 1e-6)
         return min(AUTO_PREFETCH_MAX, int(wanted))
 
-    async def next_job(self) -> Claimed | None:
-        """The next claimed job for a slot; None once the worker stops claiming."""
+    def _take_unlocked(self) -> Claimed | None:
+        """A buffered job taken without the lock, when nothing needs notifying; None: take
+        the lock path."""
+        # Threads: with short jobs well above the low-water mark, a job is taken without the
+        # lock (popleft is atomic; a slot that lost the race for the last jobs takes the lock
+        # path). Nothing to notify: the fetch loop is not due, and with short jobs no parked
+        # slot is woken for the next job. A count lost to a race only blurs the take rate and
+        # the stall watch, which needs the count to move, not to be exact.
         if True:  # ASYNC
             # One thread runs every task, and nothing awaits between the check and the pop:
             # a job is taken without the lock when there is nothing to notify: it is above
@@ -192,6 +198,23 @@ class AsyncFetcher:
                 self._taken += 1
                 if job.interrupt_kind != "lost":
                     return job
+        else:
+            buffer = self._buffer
+            while self._claiming and len(buffer) > self._claim_at + 1 and self._short():
+                try:
+                    job = buffer.popleft()
+                except IndexError:
+                    break
+                self._taken += 1
+                if job.interrupt_kind != "lost":
+                    return job
+        return None
+
+    async def next_job(self) -> Claimed | None:
+        """The next claimed job for a slot; None once the worker stops claiming."""
+        job = self._take_unlocked()
+        if job is not None:
+            return job
         async with self._cond:
             self._idle += 1
             if not self._buffer:
