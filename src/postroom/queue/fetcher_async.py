@@ -31,6 +31,12 @@ AUTO_PREFETCH_WINDOW = 0.05
 RUN_TIME_SPIKE = 4.0
 """One job's run time moves the automatic prefetch's average as if it took at most this many
 times the average."""
+SHORT_JOB = 0.0001
+"""Jobs whose average run time is below this many seconds are short: one slot runs them back to
+back while the other slots stay parked (waking more threads costs more than it gains)."""
+STALL_SECONDS = 0.002
+"""Jobs that wait in the buffer while parked slots could run them and no slot took a job for
+this long (a long job after short ones) wake the parked slots."""
 
 
 def low_water(prefetch: int) -> int:
@@ -53,7 +59,10 @@ class AsyncFetcher:
     many jobs as the slots run in ``AUTO_PREFETCH_WINDOW`` seconds, at most ``AUTO_PREFETCH_MAX``,
     none until the first jobs ran: a claimed-ahead job waits ~50 ms at most for a slot.
     A claim happens on a wake-up (notification, a full batch last time) at once, otherwise
-    every ``poll_interval`` seconds. ``on_drained`` is called, in burst mode, when a claim found
+    every ``poll_interval`` seconds. Slots wake lazily: short jobs (``SHORT_JOB``) wake one
+    parked slot, which runs them back to back; others wake one slot per job; buffered jobs that
+    no slot took for ``STALL_SECONDS`` (a long job after short ones) wake the parked slots.
+    ``on_drained`` is called, in burst mode, when a claim found
     nothing, no slot is busy and every outcome is written back."""
 
     def __init__(
@@ -102,6 +111,11 @@ class AsyncFetcher:
         self._take_rate = 0.0
         self._claim_seconds = 0.0
         self._claim_at = self._low  # the buffer level at which slots wake the fetch loop
+        # Lazy wake-ups: slots waiting on _cond, and the stall watch (jobs taken when the
+        # fetch loop last saw the count move, and when).
+        self._parked = 0
+        self._watched = 0
+        self._watched_at = time.monotonic()
 
     async def wake(self) -> None:
         """Claim at once: jobs may have arrived or come back."""
@@ -126,21 +140,33 @@ class AsyncFetcher:
         return unstarted
 
     def job_ran(self, seconds: float) -> None:
-        """A slot ran a job in ``seconds``: updates what an automatic prefetch claims ahead
-        (no lock: one float, read by the fetch loop).
+        """A slot ran a job in ``seconds``: updates the average run time, from which an
+        automatic prefetch sizes what it claims ahead and slots tell short jobs (no lock: one
+        float, read by the fetch loop and the slots).
 
         One sample counts for at most ``RUN_TIME_SPIKE`` times the average: a no-op job whose
         thread waited for the interpreter lock takes milliseconds instead of microseconds
         once in a while, and each such spike used to cut the prefetch (and its low-water
         mark) for the next claim, which then began only when the buffer ran dry. Jobs that
         really got slower still raise the average ~1.6 times per job."""
-        if self._auto:
-            average = self._run_time
-            if average is None:
-                self._run_time = seconds
-            else:
-                seconds = min(seconds, RUN_TIME_SPIKE * average)
-                self._run_time = 0.8 * average + 0.2 * seconds
+        average = self._run_time
+        if average is None:
+            self._run_time = seconds
+        else:
+            seconds = min(seconds, RUN_TIME_SPIKE * average)
+            self._run_time = 0.8 * average + 0.2 * seconds
+
+    def _short(self) -> bool:
+        """Jobs are known to be short (``SHORT_JOB``): one slot runs them, the others stay
+        parked. Unknown (no job ran yet) counts as long."""
+        average = self._run_time
+        return average is not None and average < SHORT_JOB
+
+    def _wake_slots(self) -> None:
+        """Wake parked slots for the buffered jobs: one if the jobs are short (it runs them
+        back to back), else one per job (lock held)."""
+        if self._parked and self._buffer:
+            self._cond.notify(1 if self._short() else min(self._parked, len(self._buffer)))
 
     def _auto_prefetch(self) -> int:
         average = self._run_time
@@ -149,8 +175,14 @@ class AsyncFetcher:
         wanted = self._concurrency * AUTO_PREFETCH_WINDOW / max(average, 1e-6)
         return min(AUTO_PREFETCH_MAX, int(wanted))
 
-    async def next_job(self) -> Claimed | None:
-        """The next claimed job for a slot; None once the worker stops claiming."""
+    def _take_unlocked(self) -> Claimed | None:
+        """A buffered job taken without the lock, when nothing needs notifying; None: take
+        the lock path."""
+        # Threads: with short jobs well above the low-water mark, a job is taken without the
+        # lock (popleft is atomic; a slot that lost the race for the last jobs takes the lock
+        # path). Nothing to notify: the fetch loop is not due, and with short jobs no parked
+        # slot is woken for the next job. A count lost to a race only blurs the take rate and
+        # the stall watch, which needs the count to move, not to be exact.
         if True:  # ASYNC
             # One thread runs every task, and nothing awaits between the check and the pop:
             # a job is taken without the lock when there is nothing to notify: it is above
@@ -166,6 +198,23 @@ class AsyncFetcher:
                 self._taken += 1
                 if job.interrupt_kind != "lost":
                     return job
+        else:
+            buffer = self._buffer
+            while self._claiming and len(buffer) > self._claim_at + 1 and self._short():
+                try:
+                    job = buffer.popleft()
+                except IndexError:
+                    break
+                self._taken += 1
+                if job.interrupt_kind != "lost":
+                    return job
+        return None
+
+    async def next_job(self) -> Claimed | None:
+        """The next claimed job for a slot; None once the worker stops claiming."""
+        job = self._take_unlocked()
+        if job is not None:
+            return job
         async with self._cond:
             self._idle += 1
             if not self._buffer:
@@ -178,11 +227,30 @@ class AsyncFetcher:
                         if len(self._buffer) <= self._claim_at:
                             self._fetch_cond.notify()  # low water: claim the next batch now
                         if job.interrupt_kind != "lost":
+                            if self._parked and self._buffer and not self._short():
+                                self._cond.notify()  # more waiting: another slot for them
                             return job
-                    await self._cond.wait_timeout(self._poll_interval)
+                    self._parked += 1
+                    try:
+                        await self._cond.wait_timeout(self._poll_interval)
+                    finally:
+                        self._parked -= 1
                 return None
             finally:
                 self._idle -= 1
+
+    def _watch_stall(self) -> float:
+        """Jobs wait in the buffer and slots are parked: if no slot took a job for
+        ``STALL_SECONDS`` (the slot that runs short jobs met a long one), wake parked slots,
+        one per buffered job. Returns how long the fetch loop may wait before it looks again
+        (lock held)."""
+        now = time.monotonic()
+        if self._taken != self._watched:
+            self._watched, self._watched_at = self._taken, now
+        elif now - self._watched_at >= STALL_SECONDS:
+            self._cond.notify(min(self._parked, len(self._buffer)))
+            self._watched_at = now
+        return max(STALL_SECONDS - (now - self._watched_at), 0.0)
 
     def _drained_during_claim(self) -> int:
         """How many buffered jobs the slots take while a claim runs, at the rate they took
@@ -215,6 +283,8 @@ class AsyncFetcher:
                     if wanted and due:
                         break
                     wait = self._next_poll - time.monotonic() if wanted else self._poll_interval
+                    if self._parked and self._buffer:
+                        wait = min(wait, self._watch_stall())
                     self._fetch_waiting = True
                     try:
                         await self._fetch_cond.wait_timeout(max(wait, 0.001))
@@ -233,6 +303,7 @@ class AsyncFetcher:
                 self._returned_at, self._taken_then = now, self._taken
                 self._claim_seconds = 0.8 * self._claim_seconds + 0.2 * (now - began)
                 self._buffer.extend(claimed)
+                self._watched_at = now  # the stall watch starts with the new jobs
                 if len(claimed) >= room:
                     self._wake = True  # probably more due: claim again when there is room
                 else:
@@ -249,10 +320,7 @@ class AsyncFetcher:
                         and quiet
                     ):
                         self._on_drained()
-                if len(claimed) > 1:
-                    self._cond.notify_all()
-                elif claimed:
-                    self._cond.notify()
+                self._wake_slots()
 
     async def _claim(self, want: int) -> list[Claimed]:
         try:
