@@ -6,6 +6,8 @@ PostgreSQL notifications, since the workers under test may run in other processe
 - ``Signals(dsn, channel)`` listens on ``channel`` from the moment it is opened; ``wait(n)``
   returns the next ``n`` payloads or fails after a deadline. Open it *before* the action whose
   signals it waits for, so none is missed.
+- ``wait_for(predicate)`` polls state of the test's own process (a counter, a flag a unit under
+  test sets) until it is truthy, within a deadline: for what no notification announces.
 - ``wait_for_listener(dsn, channel, then)`` returns once the code under test listens on
   ``channel`` and has done its last check since (the only way to see another session's
   LISTEN is ``pg_stat_activity``, hence a bounded poll of it).
@@ -14,6 +16,7 @@ PostgreSQL notifications, since the workers under test may run in other processe
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -85,3 +88,21 @@ def wait_for_listener(dsn: str, channel: str, then: str = ".", timeout: float = 
             if time.monotonic() > deadline:
                 raise AssertionError(f"no session waits on {channel!r} after {timeout} s")
             time.sleep(0.005)
+
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.01,
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy (a bounded wait, not a sleep);
+    returns that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)

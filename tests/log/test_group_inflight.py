@@ -5,8 +5,6 @@ assignment lost since are never committed under the new one."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -14,14 +12,9 @@ import postroom
 from postroom import TopicPartition
 from postroom.errors import Fenced
 
+from ..signals import wait_for
+
 SESSION = 1.0
-
-
-def wait_for(condition: Callable[[], object], limit: float = 15) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def revoking(consumer: postroom.Consumer) -> bool:

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 import postroom
 
+from ..signals import wait_for
+
 PRODUCER = """
 import sys, postroom
 url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -32,14 +34,6 @@ with postroom.connect(url) as client:
         ])
         sent += size
 """
-
-
-def wait_for(predicate: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.01)
 
 
 def partition_rows(conninfo: str, partition: int = 0) -> list[tuple[int, bytes]]:

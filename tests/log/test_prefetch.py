@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -15,14 +14,9 @@ import psycopg
 import postroom
 from postroom import TopicPartition
 
+from ..signals import wait_for
+
 SESSION = 1.0
-
-
-def wait_for(condition: Callable[[], object], limit: float = 15) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def offsets(batch: list[postroom.Message]) -> list[int]:

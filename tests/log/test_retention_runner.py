@@ -16,7 +16,8 @@ import postroom
 from postroom._acompat import Event
 from postroom._retention import ENV, RetentionRunner, retention_interval
 
-from ..queue.helpers import scalar, wait_for
+from ..queue.helpers import scalar
+from ..signals import wait_for
 from .test_retention import age_messages
 
 RUNNER_LOCK = "SELECT pg_advisory_lock(hashtext('postroom.retention-runner'), hashtext('postroom'))"

@@ -6,8 +6,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,18 +38,6 @@ def query(dsn: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]
 
 def scalar(dsn: str, statement: str, params: Any = None) -> Any:
     return query(dsn, statement, params)[0][0]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy (a bounded wait, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 @contextmanager

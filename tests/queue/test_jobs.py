@@ -29,7 +29,8 @@ from postroom.errors import (
     UniqueKeyTaken,
 )
 
-from .helpers import query, running, scalar, wait_for
+from ..signals import wait_for
+from .helpers import query, running, scalar
 
 NAIVE = datetime(2030, 1, 1)  # noqa: DTZ001 - a naive datetime on purpose
 FAST = {"poll_interval": 0.05, "lease": 2.0}

@@ -13,7 +13,8 @@ import postroom
 from postroom.cli.main import app
 from postroom.errors import InvalidName
 
-from .helpers import WorkerProcess, create_runs_table, query, scalar, wait_for
+from ..signals import wait_for
+from .helpers import WorkerProcess, create_runs_table, query, scalar
 
 runner = CliRunner()
 

@@ -12,7 +12,8 @@ from psycopg.conninfo import make_conninfo
 import postroom
 
 from ..roles import login_role
-from .helpers import running, wait_for
+from ..signals import wait_for
+from .helpers import running
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import postroom
 from postroom.queue.fetcher import SHORT_JOB, STALL_SECONDS, Fetcher
 from postroom.queue.outcomes import Claimed, HeldJobs
 
-from .helpers import running, wait_for
+from ..signals import wait_for
+from .helpers import running
 
 SLEEP = 0.5
 

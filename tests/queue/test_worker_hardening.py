@@ -19,7 +19,8 @@ from postroom.queue import completer_async, heartbeat, runner_async
 from postroom.queue import runner as runner_sync
 from postroom.queue.outcomes import Outcome
 
-from .helpers import query, running, wait_for
+from ..signals import wait_for
+from .helpers import query, running
 
 FAST: dict[str, Any] = {"poll_interval": 0.05, "lease": 2.0, "concurrency": 6}
 

@@ -15,7 +15,8 @@ import postroom
 from postroom import JobContext
 from postroom.errors import InvalidType
 
-from .helpers import running, wait_for
+from ..signals import wait_for
+from .helpers import running
 
 FAST: dict[str, Any] = {"poll_interval": 0.05, "lease": 2.0, "concurrency": 2}
 

@@ -11,7 +11,8 @@ import postroom
 from postroom._retention import ENV
 
 from ..log.test_retention import age_messages
-from .helpers import running, wait_for
+from ..signals import wait_for
+from .helpers import running
 
 
 def test_a_worker_expires_the_log_by_itself(

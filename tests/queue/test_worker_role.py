@@ -15,7 +15,8 @@ import postroom
 from postroom.queue.backoff import Backoff
 
 from ..roles import login_role
-from .helpers import running, scalar, wait_for
+from ..signals import wait_for
+from .helpers import running, scalar
 
 
 @pytest.fixture

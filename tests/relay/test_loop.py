@@ -15,7 +15,8 @@ from postroom import Backoff
 from postroom.errors import InvalidArgument, MessageRejected, SinkUnavailable, TopicNotFound
 from postroom.relay import Outbound, Route, Sink
 
-from .helpers import group_lag, running_relay, wait_until
+from ..signals import wait_for
+from .helpers import group_lag, running_relay
 
 FAST = Backoff(base=0.01, factor=2, max_delay=0.05)
 
@@ -60,7 +61,7 @@ def test_acknowledged_batches_are_committed(client: postroom.Client) -> None:
     client.publish_batch("t", list(range(25)))
     sink = ScriptedSink()
     with running_relay(client, "t", sink, group="relay.s", batch_size=10) as relay:
-        wait_until(lambda: group_lag(client, "relay.s") == 0)
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
     assert sink.sent == ids("t", range(25))
     assert relay.counters.batches == 3
     assert (sink.opened, sink.closed) == (1, 1)
@@ -74,11 +75,11 @@ def test_an_outage_holds_the_cursor_and_the_same_batch_comes_again(
     sink = ScriptedSink()
     sink.down.set()
     with running_relay(client, "t", sink, group="relay.s", backoff=FAST) as relay:
-        wait_until(lambda: sink.calls >= 5)
+        wait_for(lambda: sink.calls >= 5)
         assert group_lag(client, "relay.s") in (None, 5)
         client.publish_batch("t", list(range(5, 8)))
         sink.down.clear()
-        wait_until(lambda: group_lag(client, "relay.s") == 0)
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
     assert sink.sent == ids("t", range(8))
     assert relay.counters.sink_failures >= 5
 
@@ -99,7 +100,7 @@ def test_a_refused_message_is_dead_lettered_after_max_attempts_in_its_place(
         backoff=FAST,
         dead_letter_topic="dead.{topic}",
     ) as relay:
-        wait_until(lambda: group_lag(client, "relay.s") == 0)
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
     assert sink.sent == ids("t", [0, 1, 3, 4, 5])
     assert relay.counters.dead_lettered == 1
     with client.consumer("check", "dead.t") as consumer:
@@ -118,7 +119,7 @@ def test_a_message_the_route_cannot_map_is_dead_lettered_at_once(
     client.publish_event(None, "Order", 1, "Paid", {"n": 3})
     sink = ScriptedSink()
     with running_relay(client, "outbox", sink, group="relay.s", route=Route("debezium")) as r:
-        wait_until(lambda: group_lag(client, "relay.s") == 0)
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
     assert len(sink.sent) == 2 and r.counters.dead_lettered == 1
     with client.consumer("check", "outbox.dlq") as consumer:
         [dead] = consumer.poll(timeout=5)
@@ -132,7 +133,7 @@ def test_stop_during_an_outage_commits_nothing(client: postroom.Client) -> None:
     sink = ScriptedSink()
     sink.down.set()
     with running_relay(client, "t", sink, group="relay.s", backoff=Backoff(base=5, jitter=0)):
-        wait_until(lambda: sink.calls >= 1)
+        wait_for(lambda: sink.calls >= 1)
     # stop() cut the 5 s backoff short: the block ended promptly, the batch is not committed
     assert group_lag(client, "relay.s") in (None, 3)
 
@@ -169,9 +170,9 @@ def test_lost_database_connections_are_survived(client: postroom.Client, dsn: st
             with running_relay(
                 through_proxy, "t", sink, group="relay.s", batch_size=20, backoff=FAST
             ):
-                wait_until(lambda: len(sink.sent) >= 40, interval=0.001)
+                wait_for(lambda: len(sink.sent) >= 40, interval=0.001)
                 assert proxy.cut() > 0  # every connection of the relay drops, as in failover
-                wait_until(lambda: group_lag(client, "relay.s") == 0, timeout=60)
+                wait_for(lambda: group_lag(client, "relay.s") == 0, timeout=60)
     finally:
         proxy.close()
     delivered = list(dict.fromkeys(sink.sent))  # dedup by id, first occurrence kept
@@ -191,7 +192,7 @@ def test_relay_status_as_data(client: postroom.Client) -> None:
     client.publish_batch("t", [{"value": str(i), "key": str(i)} for i in range(10)])
     sink = ScriptedSink()
     with running_relay(client, "t", sink, group="relay.data"):
-        wait_until(lambda: group_lag(client, "relay.data") == 0)
+        wait_for(lambda: group_lag(client, "relay.data") == 0)
     assert client.relay_status()[0].pending == 0
     client.publish("t", "late", key="1")
     [status] = client.relay_status(["relay.data"])
@@ -206,7 +207,7 @@ def test_stop_does_not_wait_out_a_long_poll(client: postroom.Client) -> None:
     # 30 s join (which fails the test otherwise).
     with running_relay(client, "t", sink, group="relay.s", poll_timeout=120):
         client.publish("t", "x")
-        wait_until(lambda: sink.sent == ["t/0/0"])
+        wait_for(lambda: sink.sent == ["t/0/0"])
 
 
 class CommitFails:
@@ -246,7 +247,7 @@ def test_static_membership_passes_through(client: postroom.Client) -> None:
     client.publish_batch("t", ["a", "b"])
     sink = ScriptedSink()
     with running_relay(client, "t", sink, group="relay.s", member_id="pod-1", session_timeout=5):
-        wait_until(lambda: group_lag(client, "relay.s") == 0)
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
         owners = {p.member for p in client.describe_group("relay.s").partitions}
     assert owners == {"pod-1"}
 
@@ -326,14 +327,14 @@ def test_a_hand_over_waits_for_the_batch_in_flight(
         with running_relay(client, "t", second, **options):
             # The group asks the first relay for a partition it has a batch of in flight; its
             # poll applies that, and waits for the batch
-            wait_until(lambda: revoking_leases(dsn, client.schema, "relay.h") >= 1)
-            wait_until(lambda: "once the batch in flight is committed" in caplog.text)
+            wait_for(lambda: revoking_leases(dsn, client.schema, "relay.h") >= 1)
+            wait_for(lambda: "once the batch in flight is committed" in caplog.text)
             assert log == []  # not handed over yet: the new owner has sent nothing
             assert revoking_leases(dsn, client.schema, "relay.h") >= 1
             first.gate.set()
-            wait_until(lambda: len(owners(client)) == 2)  # handed over once batch 1 committed
+            wait_for(lambda: len(owners(client)) == 2)  # handed over once batch 1 committed
             publish(4, 3)  # the new owner carries these
-            wait_until(lambda: group_lag(client, "relay.h") == 0 and second.calls)
+            wait_for(lambda: group_lag(client, "relay.h") == 0 and second.calls)
     expected = [f"t/{p}/{o}" for p in (0, 1) for o in range(7)]
     assert sorted(log) == sorted(expected)
     assert len(log) == len(set(log)), f"a clean hand-over sends nothing twice: {log}"
@@ -358,11 +359,11 @@ def test_an_outage_with_a_batch_polled_ahead_keeps_the_cursor_and_the_order(
 
     sink = DownAfterFirst()
     with running_relay(client, "t", sink, group="relay.s", batch_size=5, backoff=FAST) as relay:
-        wait_until(lambda: sink.calls >= 5)
+        wait_for(lambda: sink.calls >= 5)
         assert sink.sent == ids("t", range(5))
         assert group_lag(client, "relay.s") == 15  # batch 1 committed, batch 2 not
         sink.down.clear()
-        wait_until(lambda: group_lag(client, "relay.s") == 0)
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
     assert sink.sent == ids("t", range(20))
     assert relay.counters.sink_failures >= 4
 

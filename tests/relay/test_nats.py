@@ -11,7 +11,8 @@ import pytest
 import postroom
 from postroom import Backoff
 
-from .helpers import check_delivery, decode, publish_keyed, running_relay, unique, wait_until
+from ..signals import wait_for
+from .helpers import check_delivery, decode, publish_keyed, running_relay, unique
 
 nats = pytest.importorskip("nats")
 SERVER = "nats://127.0.0.1:4222"
@@ -77,7 +78,7 @@ def test_publishes_with_ack_and_msg_id(
     client.create_topic("orders", partitions=3)
     committed = publish_keyed(client, dsn, "orders", 300, keys=6, rollback_every=5)
     with running_relay(client, "orders", f"{SERVER}?prefix={prefix}"):
-        wait_until(lambda: _run(_count(name)) >= len(committed))
+        wait_for(lambda: _run(_count(name)) >= len(committed))
     received = _run(_read(name))
     assert check_delivery([(i, e) for i, e, _ in received], committed) == 0
     _, _, headers = received[0]
@@ -93,11 +94,11 @@ def test_server_side_dedup_drops_a_redelivered_batch(
     client.publish_batch("t", [{"value": {"seq": i, "key": 0}} for i in range(5)])
     url = f"{SERVER}?prefix={prefix}"
     with running_relay(client, "t", url):
-        wait_until(lambda: _run(_count(name)) == 5)
+        wait_for(lambda: _run(_count(name)) == 5)
     # Move the group back, as a relay that died before its commit would leave it.
     client.reset_group("relay.nats", "t", to="earliest")
     with running_relay(client, "t", url):
-        wait_until(lambda: client.describe_group("relay.nats").lag == 0)
+        wait_for(lambda: client.describe_group("relay.nats").lag == 0)
     assert [e["seq"] for _, e, _ in _run(_read(name))] == [0, 1, 2, 3, 4]
 
 
@@ -106,6 +107,6 @@ def test_a_subject_without_stream_is_retried_not_lost(client: postroom.Client) -
     client.publish("t", {"seq": 0, "key": 0})
     prefix = unique("nostream") + "."
     with running_relay(client, "t", f"{SERVER}?prefix={prefix}&timeout=0.5", backoff=FAST) as r:
-        wait_until(lambda: r.counters.sink_failures >= 2)
+        wait_for(lambda: r.counters.sink_failures >= 2)
         assert "no JetStream stream" in str(r.counters.last_error)
     assert client.describe_group("relay.nats").lag == 1

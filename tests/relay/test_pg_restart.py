@@ -16,7 +16,8 @@ import postroom
 from postroom import Backoff
 from tests.log.test_faults import own_server, pg_ctl
 
-from .helpers import check_delivery, running_relay, wait_until
+from ..signals import wait_for
+from .helpers import check_delivery, running_relay
 from .test_redis import URL, read_stream, redis, stream_prefix
 
 __all__ = ["own_server", "stream_prefix"]  # the fixtures, imported for use here
@@ -103,13 +104,13 @@ def test_the_relay_goes_on_after_a_database_restart(
                 session_timeout=2,
             ) as relay:
                 publisher.start()
-                wait_until(lambda: r.xlen(stream) >= 500, timeout=60)
+                wait_for(lambda: r.xlen(stream) >= 500, timeout=60)
                 # The relay is busy (events keep coming) when the server goes away.
                 pg_ctl(pgdata, "stop", "-m", mode)
                 acknowledged_before = len(publisher.acknowledged)
                 pg_ctl(pgdata, "start", "-l", str(pgdata / "log"), "-o", f'-h "" -k {pgdata}')
                 # Publishing goes on after the restart, and the relay carries that too.
-                wait_until(
+                wait_for(
                     lambda: len(publisher.acknowledged) >= acknowledged_before + 400, timeout=60
                 )
                 publisher.stop.set()
@@ -117,8 +118,8 @@ def test_the_relay_goes_on_after_a_database_restart(
                 assert publisher.error is None, publisher.error
                 assert publisher.failures >= 1  # the publisher really met the restart
                 committed = committed_events(url, "orders")
-                wait_until(lambda: client.describe_group("relay.redis").lag == 0, timeout=90)
-                wait_until(lambda: r.xlen(stream) >= len(committed), timeout=30)
+                wait_for(lambda: client.describe_group("relay.redis").lag == 0, timeout=90)
+                wait_for(lambda: r.xlen(stream) >= len(committed), timeout=30)
                 # One relay, the same one all along, carried everything: it reconnected by
                 # itself (running_relay raises, after the block, anything it died of).
                 assert relay.counters.delivered >= len(committed)

@@ -13,16 +13,8 @@ import pytest
 
 import postroom
 
-from .helpers import (
-    CLI,
-    check_delivery,
-    decode,
-    group_lag,
-    publish_keyed,
-    start_relay,
-    unique,
-    wait_until,
-)
+from ..signals import wait_for
+from .helpers import CLI, check_delivery, decode, group_lag, publish_keyed, start_relay, unique
 
 redis = pytest.importorskip("redis")
 REDIS = "redis://127.0.0.1:6379/0"
@@ -72,7 +64,7 @@ def test_cli_relay_stops_on_sigterm_and_reports_status(
     committed = publish_keyed(client, dsn, "orders", 200, keys=5)
     proc = start_relay(dsn, "orders", "--to", f"{REDIS}?prefix={prefix}", "--group", "relay.cli")
     try:
-        wait_until(lambda: stream_length(prefix + "orders") >= len(committed), timeout=60)
+        wait_for(lambda: stream_length(prefix + "orders") >= len(committed), timeout=60)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
@@ -113,13 +105,13 @@ def test_kill_9_mid_batch_loses_nothing(client: postroom.Client, dsn: str, prefi
     committed = publish_keyed(client, dsn, "orders", 3000, keys=11, rollback_every=6)
     url = f"{REDIS}?prefix={prefix}"
     proc = start_relay(dsn, "orders", "--to", url, "--batch-size", "50")
-    wait_until(lambda: stream_length(prefix + "orders") >= 300, timeout=60, interval=0.005)
+    wait_for(lambda: stream_length(prefix + "orders") >= 300, timeout=60, interval=0.005)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     assert stream_length(prefix + "orders") < len(committed), "the relay finished too early"
     proc = start_relay(dsn, "orders", "--to", url, "--batch-size", "50")
     try:
-        wait_until(lambda: group_lag(client, "relay.redis") == 0, timeout=90)
+        wait_for(lambda: group_lag(client, "relay.redis") == 0, timeout=90)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
@@ -149,11 +141,11 @@ def test_two_relays_in_one_group_split_the_partitions(
         # together, the first one to join could drain the whole backlog alone.)
         committed = publish_keyed(client, dsn, "orders", 5_000, keys=50, per_tx=200)
         procs.append(start_relay(dsn, *argv))
-        wait_until(lambda: owners(client, "relay.pair") == 2, timeout=60)
+        wait_for(lambda: owners(client, "relay.pair") == 2, timeout=60)
         committed += publish_keyed(
             client, dsn, "orders", 5_000, keys=50, per_tx=200, rollback_every=7, first=5_000
         )
-        wait_until(lambda: group_lag(client, "relay.pair") == 0, timeout=120)
+        wait_for(lambda: group_lag(client, "relay.pair") == 0, timeout=120)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)

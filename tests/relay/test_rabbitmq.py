@@ -12,7 +12,8 @@ import postroom
 from postroom import Backoff
 from postroom.relay import Route
 
-from .helpers import check_delivery, decode, publish_keyed, running_relay, unique, wait_until
+from ..signals import wait_for
+from .helpers import check_delivery, decode, publish_keyed, running_relay, unique
 
 aio_pika = pytest.importorskip("aio_pika")
 URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -61,7 +62,7 @@ def test_publishes_with_confirms_in_order(
     client.create_topic("orders", partitions=3)
     committed = publish_keyed(client, dsn, "orders", 300, keys=6, rollback_every=5)
     with running_relay(client, "orders", URL, route=Route(template=queue_name)):
-        wait_until(lambda: asyncio.run(_queue("declare", queue_name)) >= len(committed))
+        wait_for(lambda: asyncio.run(_queue("declare", queue_name)) >= len(committed))
     received = asyncio.run(_drain(queue_name))
     assert check_delivery([(i, e) for i, e, _ in received], committed) == 0
     _, _, first = received[0]
@@ -76,10 +77,10 @@ def test_unroutable_messages_are_retried_until_a_queue_exists(client: postroom.C
     name = unique("pt-relay-late")
     try:
         with running_relay(client, "t", URL, route=Route(template=name), backoff=FAST) as relay:
-            wait_until(lambda: relay.counters.sink_failures >= 2)
+            wait_for(lambda: relay.counters.sink_failures >= 2)
             assert "unroutable" in str(relay.counters.last_error)
             asyncio.run(_queue("declare", name))
-            wait_until(lambda: asyncio.run(_queue("declare", name)) == 1)
+            wait_for(lambda: asyncio.run(_queue("declare", name)) == 1)
         assert [e for _, e, _ in asyncio.run(_drain(name))] == [{"seq": 0, "key": 0}]
     finally:
         asyncio.run(_queue("delete", name))

@@ -9,7 +9,8 @@ import pytest
 import postroom
 from postroom.errors import InvalidArgument, MissingExtra
 
-from .helpers import check_delivery, decode, publish_keyed, running_relay, unique, wait_until
+from ..signals import wait_for
+from .helpers import check_delivery, decode, publish_keyed, running_relay, unique
 
 redis = pytest.importorskip("redis")
 URL = "redis://127.0.0.1:6379/0"
@@ -40,7 +41,7 @@ def test_relays_keyed_events_in_order_with_ids(
     committed = publish_keyed(client, dsn, "orders", 400, keys=7, rollback_every=3)
     stream = stream_prefix + "orders"
     with running_relay(client, "orders", f"{URL}?prefix={stream_prefix}") as relay:
-        wait_until(lambda: len(read_stream(stream)) >= len(committed))
+        wait_for(lambda: len(read_stream(stream)) >= len(committed))
     received = read_stream(stream)
     assert check_delivery(received, committed) == 0
     assert relay.counters.delivered == len(committed)
@@ -62,10 +63,10 @@ def test_a_second_run_continues_after_the_committed_batch(
     stream = stream_prefix + "t"
     url = f"{URL}?prefix={stream_prefix}"
     with running_relay(client, "t", url):
-        wait_until(lambda: len(read_stream(stream)) == 10)
+        wait_for(lambda: len(read_stream(stream)) == 10)
     client.publish_batch("t", [{"value": {"seq": i, "key": 0}} for i in range(10, 15)])
     with running_relay(client, "t", url):
-        wait_until(lambda: len(read_stream(stream)) >= 15)
+        wait_for(lambda: len(read_stream(stream)) >= 15)
     assert [e["seq"] for _, e in read_stream(stream)] == list(range(15))
 
 
@@ -107,10 +108,10 @@ def test_a_paused_redis_delays_but_loses_and_reorders_nothing(
     fast = Backoff(base=0.05, max_delay=0.3)
     try:
         with running_relay(client, "orders", url, batch_size=100, backoff=fast) as relay:
-            wait_until(lambda: r.xlen(stream) >= 300, interval=0.005)
+            wait_for(lambda: r.xlen(stream) >= 300, interval=0.005)
             r.execute_command("CLIENT", "PAUSE", "2000", "WRITE")  # the sink "stops" for 2 s
-            wait_until(lambda: relay.counters.sink_failures >= 1)
-            wait_until(lambda: client.describe_group("relay.redis").lag == 0, timeout=60)
+            wait_for(lambda: relay.counters.sink_failures >= 1)
+            wait_for(lambda: client.describe_group("relay.redis").lag == 0, timeout=60)
     finally:
         r.execute_command("CLIENT", "UNPAUSE")
         r.close()
@@ -124,6 +125,6 @@ def test_an_unreachable_redis_at_start_is_retried(client: postroom.Client) -> No
     client.publish("t", "x")
     fast = Backoff(base=0.01, max_delay=0.1)
     with running_relay(client, "t", "redis://127.0.0.1:1/0?timeout=0.5", backoff=fast) as relay:
-        wait_until(lambda: relay.counters.last_error and "attempt 3" in relay.counters.last_error)
+        wait_for(lambda: relay.counters.last_error and "attempt 3" in relay.counters.last_error)
         assert "sink unreachable" in str(relay.counters.last_error)
     assert relay.counters.delivered == 0
