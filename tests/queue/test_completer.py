@@ -69,6 +69,30 @@ class AsyncFakeFetcher:
         pass
 
 
+def sync_unit(db: FakeDatabase, held: HeldJobs) -> Completer:
+    """A sync completer archiving through ``db`` (no database)."""
+    return Completer(
+        db,  # type: ignore[arg-type]
+        worker="w",
+        keep_finished=60,
+        held=held,
+        fetcher=FakeFetcher(),  # type: ignore[arg-type]
+        limited=False,
+    )
+
+
+def async_unit(db: AsyncFakeDatabase, held: HeldJobs) -> AsyncCompleter:
+    """The async twin of ``sync_unit``."""
+    return AsyncCompleter(
+        db,  # type: ignore[arg-type]
+        worker="w",
+        keep_finished=60,
+        held=held,
+        fetcher=AsyncFakeFetcher(),  # type: ignore[arg-type]
+        limited=False,
+    )
+
+
 def held_jobs(count: int) -> tuple[HeldJobs, list[Claimed]]:
     held = HeldJobs(10_000)
     jobs = [Claimed(n, "default", "k", "{}", 1, 25) for n in range(1, count + 1)]
@@ -80,14 +104,7 @@ def held_jobs(count: int) -> tuple[HeldJobs, list[Claimed]]:
 def test_outcomes_finishing_a_moment_apart_are_written_in_one_batch() -> None:
     db = FakeDatabase()
     held, jobs = held_jobs(10)
-    unit = Completer(
-        db,  # type: ignore[arg-type]
-        worker="w",
-        keep_finished=60,
-        held=held,
-        fetcher=FakeFetcher(),  # type: ignore[arg-type]
-        limited=False,
-    )
+    unit = sync_unit(db, held)
     thread = threading.Thread(target=unit.run)
     thread.start()
     try:
@@ -108,14 +125,7 @@ def test_outcomes_finishing_a_moment_apart_are_written_in_one_batch() -> None:
 def test_a_lone_outcome_is_written_without_waiting_and_close_writes_what_is_pending() -> None:
     db = FakeDatabase()
     held, jobs = held_jobs(2)
-    unit = Completer(
-        db,  # type: ignore[arg-type]
-        worker="w",
-        keep_finished=60,
-        held=held,
-        fetcher=FakeFetcher(),  # type: ignore[arg-type]
-        limited=False,
-    )
+    unit = sync_unit(db, held)
     thread = threading.Thread(target=unit.run)
     thread.start()
     try:
@@ -145,14 +155,7 @@ def test_the_async_completer_gathers_and_writes_every_outcome() -> None:
     async def main() -> None:
         db = AsyncFakeDatabase()
         held, jobs = held_jobs(300)
-        unit = AsyncCompleter(
-            db,  # type: ignore[arg-type]
-            worker="w",
-            keep_finished=60,
-            held=held,
-            fetcher=AsyncFakeFetcher(),  # type: ignore[arg-type]
-            limited=False,
-        )
+        unit = async_unit(db, held)
         task = asyncio.ensure_future(unit.run())
         for job in jobs:
             await unit.report(Outcome(job, "done"))
