@@ -195,16 +195,25 @@ class Consumer(AssignedPartitions):
                 return []
             self._wait_for_wakeup(min(remaining, POLL_INTERVAL))
 
-    def _fetch_params(self, limit: int, max_bytes: int) -> tuple[list[_Assigned], dict[str, Any]]:
-        """The partitions to fetch (in turn, see ``_rotated``) and the query's parameters."""
+    def _fetch_params(
+        self, limit: int, max_bytes: int, ends: dict[tuple[int, int], int] | None = None
+    ) -> tuple[list[_Assigned], dict[str, Any]]:
+        """The partitions to fetch (in turn, see ``_rotated``) and the query's parameters:
+        from each partition's position, or from where ``ends`` says its rows end."""
         with self._lock:
             assigned = self._rotated(list(self._assigned.values()), "_fetch_start")
-            params = {
-                **self._id_arrays(assigned),
-                "positions": [a.position for a in assigned],
-                "limit": limit,
-                "max_bytes": max_bytes,
-            }
+            positions = [a.position for a in assigned]
+        if ends is not None:
+            positions = [
+                ends.get((a.meta.id, a.partition), position)
+                for a, position in zip(assigned, positions, strict=True)
+            ]
+        params = {
+            **self._id_arrays(assigned),
+            "positions": positions,
+            "limit": limit,
+            "max_bytes": max_bytes,
+        }
         return assigned, params
 
     def _fetch(self, limit: int, max_bytes: int) -> None:
@@ -251,19 +260,11 @@ class Consumer(AssignedPartitions):
         then each partition's position, or it is dropped."""
         if len(rows) < limit or self._closed or self._prefetch is not None:
             return
-        ends = _ends(rows)
-        with self._lock:
-            assigned = self._rotated(list(self._assigned.values()), "_fetch_start")
+        assigned, params = self._fetch_params(limit, max_bytes, _ends(rows))
         if not assigned:
             return
         keys = [(a.meta.id, a.partition) for a in assigned]
-        starts = {key: ends.get(key, a.position) for key, a in zip(keys, assigned, strict=True)}
-        params = {
-            **self._id_arrays(assigned),
-            "positions": list(starts.values()),
-            "limit": limit,
-            "max_bytes": max_bytes,
-        }
+        starts = dict(zip(keys, params["positions"], strict=True))
         prefetch = _Prefetch(dict(zip(keys, assigned, strict=True)), starts, limit, max_bytes)
         prefetch.worker = self._background.submit(self._run_prefetch, prefetch, params)
         self._prefetch = prefetch
@@ -322,8 +323,8 @@ class Consumer(AssignedPartitions):
         current: tuple[int, int] | None = None
         append: Any = None
         name = ""
-        # object.__new__(MessageBuilder) in the loop: new_builder()'s call frame was ~20% of
-        # the loop (micro-benchmark: 239 -> 196 ns a message).
+        # object.__new__(MessageBuilder) in the loop: a helper's call frame was ~20% of the
+        # loop (micro-benchmark: 239 -> 196 ns a message).
         new, builder, message_class = object.__new__, MessageBuilder, Message
         for topic_id, partition, offset, key, value, headers, created_at in rows:
             if current != (topic_id, partition):

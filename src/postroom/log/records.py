@@ -80,11 +80,11 @@ class MessageBuilder:
     """A mutable twin of :class:`Message` with the same slots, to build messages fast.
 
     The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: 2.5 us a
-    message, the largest cost of consuming. The consumer makes this twin (``new_builder()``, or
-    ``object.__new__(MessageBuilder)`` inline in its loop), sets one plain slot per field (no
-    call frame per message) and moves it into the ``Message`` class, which assignment to
-    ``__class__`` allows between classes of the same slot layout; from then on it is an
-    ordinary, frozen ``Message``.
+    message, the largest cost of consuming. The consumer makes this twin
+    (``object.__new__(MessageBuilder)`` inline in its loop: no ``__init__``), sets one plain
+    slot per field (no call frame per message) and moves it into the ``Message`` class, which
+    assignment to ``__class__`` allows between classes of the same slot layout; from then on
+    it is an ordinary, frozen ``Message``.
     """
 
     topic: str
@@ -97,11 +97,6 @@ class MessageBuilder:
 
 
 assert MessageBuilder.__slots__ == Message.__slots__
-
-
-def new_builder() -> MessageBuilder:
-    """An empty :class:`MessageBuilder` (no ``__init__``): set every field, then swap the class."""
-    return object.__new__(MessageBuilder)
 
 
 def build_message(
