@@ -49,6 +49,9 @@ log = logging.getLogger("postroom.relay")
 
 DEFAULT_BACKOFF = Backoff(base=0.2, factor=2.0, max_delay=30.0, jitter=0.2)
 MAX_ERROR_CHARS = 2000
+# Long enough not to interrupt a poll's own clean-up (psycopg cancelling a query in the server
+# closes the connection if interrupted again), short against a stop (see _cancel).
+RECANCEL_SECONDS = 1.0
 RELAY_OPTIONS = (
     "group",
     "route",
@@ -363,8 +366,7 @@ class AsyncRelay:
         finally:
             stop.cancel()
         if not poll.done():
-            poll.cancel()
-            await asyncio.gather(poll, return_exceptions=True)
+            await _cancel(poll)
             return []
         messages: list[Message] = poll.result()
         return messages
@@ -440,6 +442,19 @@ class AsyncRelay:
                 pass  # another relay created it meanwhile
             await self._client.publish(topic, message.value, key=message.key, headers=headers)
         self.counters.dead_lettered += 1
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling it again each
+    ``RECANCEL_SECONDS`` while it runs on. On Python 3.11, ``asyncio.wait_for`` drops a
+    cancellation that arrives as the future it waits for completes (CPython issue 86296, fixed
+    in 3.12); psycopg_pool waits for a connection with it, so a stop that came just as a poll
+    got its connection was lost, and the relay waited out the whole poll timeout."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=RECANCEL_SECONDS)
+    if not task.cancelled():
+        task.exception()  # retrieved: an error of a poll given up is not the loop's concern
 
 
 class Relay:
