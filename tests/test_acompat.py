@@ -150,7 +150,7 @@ def test_both_background_flavours_run_calls_and_give_their_outcome() -> None:
 def test_the_async_names_other_modules_import_are_still_there() -> None:
     for name in ["ALock", "ACondition", "AEvent", "AFuture", "AQueue", "aspawn", "agather"]:
         assert hasattr(_acompat, name), name
-    for name in ["asleep", "ato_thread", "ajoin_all", "AJobCall", "JobThreads", "new_future"]:
+    for name in ["asleep", "ato_thread", "ajoin_all", "AJobCall", "JobThreads", "ASends"]:
         assert hasattr(_acompat, name), name
     assert _acompat.IS_ASYNC is True
 

@@ -1,19 +1,28 @@
-"""The producer's lazily conditioned future behaves as a concurrent.futures.Future."""
+"""The sync producer's futures (``SendFuture``, reading their outcome from their batch's
+``Sends``) behave as concurrent.futures.Future, and the batch keeps no future nobody waits on."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from concurrent.futures import FIRST_COMPLETED, InvalidStateError, wait
+from typing import Any
 
 import pytest
 
-from postroom._futures import LazyFuture, finish_positions
+from postroom._futures import SendFuture, Sends
 
 
-def test_result_set_before_anyone_waits() -> None:
-    future: LazyFuture[int] = LazyFuture()
+def position(partition: int, offset: int) -> tuple[int, int]:
+    return (partition, offset)
+
+
+def test_result_recorded_before_anyone_waits() -> None:
+    sends = Sends()
+    future = sends.new()
     assert not future.done()
-    future.set_result(7)
+    sends.set_result(0, 7)
     assert future.done()
     assert future.result(timeout=0) == 7
     assert future.exception(timeout=0) is None
@@ -21,9 +30,10 @@ def test_result_set_before_anyone_waits() -> None:
         future.set_result(8)
 
 
-def test_exception_set_before_anyone_waits() -> None:
-    future: LazyFuture[int] = LazyFuture()
-    future.set_exception(ValueError("boom"))
+def test_exception_recorded_before_anyone_waits() -> None:
+    sends = Sends()
+    future = sends.new()
+    sends.set_exception(0, ValueError("boom"))
     with pytest.raises(ValueError, match="boom"):
         future.result(timeout=0)
     with pytest.raises(InvalidStateError):
@@ -31,59 +41,92 @@ def test_exception_set_before_anyone_waits() -> None:
 
 
 def test_waiter_in_another_thread_is_woken() -> None:
-    for _ in range(200):  # the waiter and the setter race for the condition's creation
-        future: LazyFuture[int] = LazyFuture()
-        got: list[int] = []
+    for _ in range(200):  # the waiter and the writer race for the condition's creation
+        sends = Sends()
+        future = sends.new()
+        got: list[Any] = []
         waiter = threading.Thread(target=lambda f=future, g=got: g.append(f.result(timeout=5)))
         waiter.start()
-        future.set_result(1)
+        sends.resolve_positions(position, 2, 40)
         waiter.join(5)
-        assert got == [1]
+        assert got == [(2, 40)]
 
 
 def test_callbacks_and_wait() -> None:
-    future: LazyFuture[int] = LazyFuture()
-    seen: list[int] = []
+    sends = Sends()
+    future, other = sends.new(), sends.new()
+    seen: list[Any] = []
     future.add_done_callback(lambda f: seen.append(f.result()))
-    other: LazyFuture[int] = LazyFuture()
     done, _ = wait([future, other], timeout=0)
     assert not done
-    future.set_result(3)
+    sends.set_result(0, 3)
     assert seen == [3]
     done, _ = wait([future, other], timeout=1, return_when=FIRST_COMPLETED)
     assert done == {future}
-    finished: LazyFuture[int] = LazyFuture()
-    finished.set_result(4)
+    later = Sends()
+    finished = later.new()
+    later.set_result(0, 4)
     finished.add_done_callback(lambda f: seen.append(f.result()))
     assert seen == [3, 4]
 
 
-def test_cancel() -> None:
-    future: LazyFuture[int] = LazyFuture()
+def test_a_cancelled_future_stays_cancelled() -> None:
+    sends = Sends()
+    future = sends.new()
     assert future.cancel()
+    assert future.cancelled()
+    sends.resolve_positions(position, 0, 0)
     assert future.cancelled()
     with pytest.raises(InvalidStateError):
         future.set_result(1)
 
 
-def test_finish_positions_builds_results_on_demand() -> None:
-    untouched: list[LazyFuture[tuple[int, int]]] = [LazyFuture() for _ in range(3)]
-    waited: LazyFuture[tuple[int, int]] = LazyFuture()
-    called: list[tuple[int, int]] = []
+def test_outcomes_in_their_order_of_precedence() -> None:
+    """A send's own outcome (a refused record, a per-record result) wins over the batch's
+    position, which wins over the batch's failure."""
+    sends = Sends()
+    refused, placed, waited, positioned = (sends.new() for _ in range(4))
+    called: list[Any] = []
     waited.add_done_callback(lambda f: called.append(f.result()))
-    cancelled: LazyFuture[tuple[int, int]] = LazyFuture()
-    assert cancelled.cancel()
-    woken: list[tuple[int, int]] = []
-    waiter = threading.Thread(target=lambda: woken.append(untouched[2].result(timeout=5)))
-    finish_positions([*untouched[:2], waited, cancelled], lambda p, o: (p, o), 4, 10)
+    woken: list[Any] = []
+    waiter = threading.Thread(target=lambda: woken.append(positioned.result(timeout=5)))
     waiter.start()
-    assert [f.result(timeout=0) for f in untouched[:2]] == [(4, 10), (4, 11)]
-    assert waited.result(timeout=0) == (4, 12) and called == [(4, 12)]
-    assert cancelled.cancelled()
-    done, _ = wait(untouched[:2], timeout=0, return_when=FIRST_COMPLETED)
-    assert done
-    with pytest.raises(InvalidStateError):
-        untouched[0].set_result((0, 0))
-    finish_positions([untouched[2]], lambda p, o: (p, o), 1, 0)
+    sends.set_exception(0, ValueError("refused"))
+    sends.set_results([1], ["own"])
+    sends.resolve_positions(position, 4, 10)
+    sends.fail(RuntimeError("too late"))
     waiter.join(5)
-    assert woken == [(1, 0)]
+    with pytest.raises(ValueError, match="refused"):
+        refused.result(timeout=0)
+    assert placed.result(timeout=0) == "own"
+    assert waited.result(timeout=0) == (4, 12) and called == [(4, 12)]
+    assert woken == [(4, 13)]
+    failing = Sends()
+    ok, bad = failing.new(), failing.new()
+    failing.set_result(0, "kept")
+    failing.fail(RuntimeError("connection lost"))
+    assert ok.result(timeout=0) == "kept"
+    with pytest.raises(RuntimeError, match="connection lost"):
+        bad.result(timeout=0)
+
+
+def test_the_batch_keeps_no_future_nobody_waits_on() -> None:
+    """The point of SendFuture: a dropped future is freed at once (no garbage collector pass
+    needed), so pending sends cost the collector nothing; one waited on is kept until done."""
+    gc.disable()
+    try:
+        sends = Sends()
+        dropped = weakref.ref(sends.new())
+        assert dropped() is None  # freed by reference counting alone
+        waited = sends.new()
+        result: list[Any] = []
+        waited.add_done_callback(lambda f: result.append(f.result()))
+        kept = weakref.ref(waited)
+        del waited
+        assert kept() is not None  # the batch holds it: its callback must still run
+        sends.resolve_positions(position, 0, 5)
+        assert result == [(0, 6)]
+        assert kept() is None
+    finally:
+        gc.enable()
+    assert isinstance(Sends().new(), SendFuture)

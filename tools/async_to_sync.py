@@ -62,7 +62,6 @@ RENAMES = {
     "anext": "next",
     # _acompat names older than its prefix rule (see its docstring).
     "JobThreads": "SyncJobThreads",
-    "new_future": "new_sync_future",
     "install_stop_handler": "install_sync_stop_handler",
 }
 CONSTANTS = {"IS_ASYNC": "False"}

@@ -3,10 +3,10 @@
 The async modules use the asyncio names (``ALock``, ``aspawn``, ...); tools/async_to_sync.py
 turns each into its thread twin, defined next to it here, when it generates the sync modules.
 The rule: an ``A``/``a``-prefixed name whose unprefixed twin is defined in this module maps to
-that twin (``ALock`` -> ``Lock``, ``agather`` -> ``gather``). Three asyncio names predate the
+that twin (``ALock`` -> ``Lock``, ``agather`` -> ``gather``). Two asyncio names predate the
 rule and keep their names; their thread twins carry a ``sync`` mark instead (``JobThreads`` ->
-``SyncJobThreads``, ``new_future`` -> ``new_sync_future``, ``install_stop_handler`` ->
-``install_sync_stop_handler``), and ``IS_ASYNC`` becomes the constant ``False``.
+``SyncJobThreads``, ``install_stop_handler`` -> ``install_sync_stop_handler``), and
+``IS_ASYNC`` becomes the constant ``False``.
 Keep both flavours of each primitive behaving alike: tests/test_acompat.py runs them side by side.
 """
 
@@ -25,7 +25,7 @@ from concurrent.futures import Future as _ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ._futures import LazyFuture, finish_positions
+from . import _futures
 from .errors import JobInterrupted
 
 T = TypeVar("T")
@@ -181,37 +181,58 @@ def call_hook(func: Callable[..., Any], *args: Any) -> Any:
     return func(*args)
 
 
-def new_future() -> asyncio.Future[Any]:
-    """A future of the running loop."""
-    return asyncio.get_running_loop().create_future()
+class ASends:
+    """The futures of one producer batch, by index (send order). asyncio futures cannot read
+    their outcome lazily, so they are made at ``send()`` and kept here; the sync twin
+    (_futures.Sends) keeps outcomes instead, and its futures read them."""
 
+    __slots__ = ("_futures",)
 
-def new_sync_future() -> _ThreadFuture[Any]:
-    """A thread-safe future; lazy, as one is made per producer send (see _futures.py)."""
-    return LazyFuture()
+    def __init__(self) -> None:
+        self._futures: list[asyncio.Future[Any]] = []
 
+    def new(self) -> asyncio.Future[Any]:
+        """The future of the next send."""
+        future = asyncio.get_running_loop().create_future()
+        self._futures.append(future)
+        return future
 
-def aresolve_positions(
-    futures: Sequence[asyncio.Future[Any]],
-    make: Callable[[int, int], Any],
-    partition: int,
-    first_offset: int,
-) -> None:
-    """Resolve ``futures[i]`` to ``make(partition, first_offset + i)``, skipping done ones."""
-    for offset, future in enumerate(futures, first_offset):
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def done(self, index: int) -> bool:
+        return self._futures[index].done()
+
+    def set_result(self, index: int, value: Any) -> None:
+        future = self._futures[index]
         if not future.done():
-            future.set_result(make(partition, offset))
+            future.set_result(value)
+
+    def set_results(self, indexes: Sequence[int], values: Sequence[Any]) -> None:
+        for index, value in zip(indexes, values, strict=True):
+            self.set_result(index, value)
+
+    def set_exception(self, index: int, error: BaseException) -> None:
+        future = self._futures[index]
+        if not future.done():
+            future.set_exception(error)
+
+    def resolve_positions(
+        self, make: Callable[[int, int], Any], partition: int, first_offset: int
+    ) -> None:
+        """Every send not yet done resolves to ``make(partition, first_offset + index)``."""
+        for offset, future in enumerate(self._futures, first_offset):
+            if not future.done():
+                future.set_result(make(partition, offset))
+
+    def fail(self, error: BaseException) -> None:
+        """Every send not yet done fails with ``error``."""
+        for future in self._futures:
+            if not future.done():
+                future.set_exception(error)
 
 
-def resolve_positions(
-    futures: Sequence[_ThreadFuture[Any]],
-    make: Callable[[int, int], Any],
-    partition: int,
-    first_offset: int,
-) -> None:
-    """The thread twin of ``aresolve_positions``: the whole batch under one lock, and results
-    built on demand (see _futures.py)."""
-    finish_positions(futures, make, partition, first_offset)  # type: ignore[arg-type]
+Sends = _futures.Sends
 
 
 def ais_current(worker: asyncio.Task[None] | None) -> bool:

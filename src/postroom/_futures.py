@@ -1,129 +1,188 @@
-"""A ``concurrent.futures.Future`` that builds its condition only when someone waits on it.
+"""The outcomes of a sync producer batch, and the futures ``send()`` returns that read them.
 
-The sync producer returns one future per ``send()``. ``Future.__init__`` builds a
-``threading.Condition`` (about 2 us), and ``set_result`` takes it and notifies: together more
-than the rest of a send, for futures that are mostly never waited on one by one (callers
-``flush()``). This subclass creates the condition on first use; ``set_result`` on a future no
-one has touched yet just stores the result.
+A send's future must not be kept by the producer while its batch is pending: each object made
+per send and kept until its batch commits costs again at every pass of the garbage collector,
+and those passes over many pending futures cost more than the sends (bench/RESULTS.md). So
+:class:`Sends` stores a batch's outcomes (for the common case, one partition and a first
+offset for all of them) and a :class:`SendFuture` holds its batch and its index and reads its
+outcome from there. A future the caller drops is freed at once; a batch of pending sends is a
+few objects whatever its size.
 
-Every waiting path of ``Future`` (``result``, ``exception``, ``add_done_callback``, ``cancel``,
-``concurrent.futures.wait``/``as_completed``) goes through ``_condition`` first, which creates it
-under ``_CREATION_LOCK``; the fast path of ``set_result``/``set_exception`` runs under the same
-lock and only while no condition exists, so a waiter either sees the finished state or gets
-notified. It relies on ``Future``'s private attributes, stable since Python 3.2; the tests in
-tests/test_futures.py pin the behaviour.
-
-:func:`finish_positions` finishes a whole producer batch at once: one lock acquisition for the
-batch, and each untouched future stores its position as two ints, its result object (say a
-``Published``) built only when someone reads it. Every object made per send and kept until its
-batch commits costs the garbage collector again at each of its passes, so a send that is never
-waited on one by one makes one object (its future) and no more.
+``SendFuture`` is a ``concurrent.futures.Future``. It builds its condition, waiter list and
+callback list only when someone first uses one, through ``_condition``, which every waiting
+path of ``Future`` (``result``, ``exception``, ``add_done_callback``, ``cancel``,
+``concurrent.futures.wait``/``as_completed``) takes first. At that moment, under ``_LOCK``, it
+copies its outcome if the batch has one, or else registers with the batch, which then
+finishes it the ``Future`` way (notifying waiters, calling callbacks). The batch records
+outcomes under the same lock, so a waiter either sees the outcome or is notified. It relies
+on ``Future``'s private attributes, stable since Python 3.2; tests/test_futures.py pins the
+behaviour.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import (
     CANCELLED,
     CANCELLED_AND_NOTIFIED,
     FINISHED,
     PENDING,
 )
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
-
-_CREATION_LOCK = threading.Lock()
+_LOCK = threading.Lock()
 _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
+_Outcome = tuple[bool, Any, BaseException | None]  # done, result, exception
 
 
-class LazyFuture(Future[T]):
-    # Until someone waits, the waiter and callback lists are these empty tuples: nothing but the
-    # condition's owner appends to them, and fewer objects per send means less garbage
-    # collector work (the collector's passes over many live futures cost more than making them).
+class Sends:
+    """The outcomes of one batch of sends, by index (send order). Outcomes are recorded by
+    the producer's writer; a send's outcome is, in this order: its own (``set_result``,
+    ``set_exception``), the batch's position (``resolve_positions``), the batch's failure
+    (``fail``)."""
+
+    __slots__ = ("_count", "_errors", "_failure", "_positions", "_results", "_waited")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._results: dict[int, Any] = {}
+        self._errors: dict[int, BaseException] = {}
+        self._positions: tuple[Callable[[int, int], Any], int, int] | None = None
+        self._failure: BaseException | None = None
+        self._waited: dict[int, SendFuture] = {}  # futures someone waits on, not finished
+
+    def new(self) -> SendFuture:
+        """The future of the next send (the caller serializes calls)."""
+        future = SendFuture(self, self._count)
+        self._count += 1
+        return future
+
+    def __len__(self) -> int:
+        return self._count
+
+    def done(self, index: int) -> bool:
+        return (
+            index in self._results
+            or index in self._errors
+            or self._positions is not None
+            or self._failure is not None
+        )
+
+    def outcome(self, index: int) -> _Outcome:
+        """The outcome of send ``index`` so far (``_LOCK`` held)."""
+        if index in self._results:
+            return True, self._results[index], None
+        error = self._errors.get(index)
+        if error is not None:
+            return True, None, error
+        if self._positions is not None:
+            make, partition, first = self._positions
+            return True, make(partition, first + index), None
+        if self._failure is not None:
+            return True, None, self._failure
+        return False, None, None
+
+    def set_result(self, index: int, value: Any) -> None:
+        with _LOCK:
+            if not self.done(index):
+                self._results[index] = value
+            waiting = self._take_waited([index])
+        _finish(waiting)
+
+    def set_results(self, indexes: Sequence[int], values: Sequence[Any]) -> None:
+        with _LOCK:
+            for index, value in zip(indexes, values, strict=True):
+                if not self.done(index):
+                    self._results[index] = value
+            waiting = self._take_waited(indexes)
+        _finish(waiting)
+
+    def set_exception(self, index: int, error: BaseException) -> None:
+        with _LOCK:
+            if not self.done(index):
+                self._errors[index] = error
+            waiting = self._take_waited([index])
+        _finish(waiting)
+
+    def resolve_positions(
+        self, make: Callable[[int, int], Any], partition: int, first_offset: int
+    ) -> None:
+        """Every send not yet done resolves to ``make(partition, first_offset + index)``: two
+        ints for the whole batch, each result built when read."""
+        with _LOCK:
+            self._positions = (make, partition, first_offset)
+            waiting = self._take_waited(list(self._waited))
+        _finish(waiting)
+
+    def fail(self, error: BaseException) -> None:
+        """Every send not yet done fails with ``error``."""
+        with _LOCK:
+            if self._positions is None:
+                self._failure = error
+            waiting = self._take_waited(list(self._waited))
+        _finish(waiting)
+
+    def _take_waited(self, indexes: Sequence[int]) -> list[tuple[SendFuture, _Outcome]]:
+        """The waited-on futures among ``indexes`` that are now done, with their outcomes,
+        taken off the list (``_LOCK`` held)."""
+        if not self._waited:
+            return []
+        taken = []
+        for index in indexes:
+            future = self._waited.get(index)
+            if future is not None and self.done(index):
+                del self._waited[index]
+                taken.append((future, self.outcome(index)))
+        return taken
+
+
+def _finish(waiting: list[tuple[SendFuture, _Outcome]]) -> None:
+    """Finish futures someone waits on the ``Future`` way (outside ``_LOCK``: it notifies
+    waiters and calls callbacks). A future cancelled meanwhile stays cancelled."""
+    for future, (_, result, error) in waiting:
+        try:
+            if error is None:
+                Future.set_result(future, result)
+            else:
+                Future.set_exception(future, error)
+        except InvalidStateError:
+            pass
+
+
+class SendFuture(Future[Any]):
+    """The future of one send: its batch and index until someone waits on it (see the module
+    docstring)."""
+
+    # Until someone waits, the waiter and callback lists are these empty tuples and there is no
+    # condition: class attributes read through the instance (no dict object per future).
     _waiters: Any = ()
     _done_callbacks: Any = ()
-    # A class attribute read through the instance: never touching ``self.__dict__`` keeps
-    # CPython from building a dict object per future.
     _lazy_condition: threading.Condition | None = None
-    # Slots: a future finished by ``finish_positions`` keeps its position here (no object).
-    __slots__ = ("_lazy_make", "_lazy_offset", "_lazy_partition", "_stored")
-    _lazy_make: Callable[[int, int], Any]
-    _lazy_offset: int
+    __slots__ = ("_exception", "_index", "_result", "_sends", "_state")
 
-    def __init__(self) -> None:  # Future.__init__ minus the condition and the lists
-        self._state = PENDING
-        self._stored: Any = None
-        self._lazy_partition: int | None = None
-        self._exception: BaseException | None = None
-
-    @property
-    def _result(self) -> Any:  # what ``Future`` reads and writes: built on demand if lazy
-        partition = self._lazy_partition
-        if partition is not None:
-            return self._lazy_make(partition, self._lazy_offset)
-        return self._stored
-
-    @_result.setter
-    def _result(self, value: Any) -> None:
-        self._stored = value
+    def __init__(self, sends: Sends, index: int) -> None:  # no Future.__init__: see above
+        self._sends = sends
+        self._index = index
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
         condition = self._lazy_condition
         if condition is None:
-            with _CREATION_LOCK:
+            with _LOCK:
                 condition = self._lazy_condition
                 if condition is None:
+                    done, self._result, self._exception = self._sends.outcome(self._index)
+                    self._state = FINISHED if done else PENDING
                     self._waiters = []
                     self._done_callbacks = []
+                    if not done:
+                        self._sends._waited[self._index] = self
                     condition = self._lazy_condition = threading.Condition()
         return condition
 
     def done(self) -> bool:
-        return self._state in _DONE_STATES  # one attribute read: atomic, no lock needed
-
-    def set_result(self, result: T) -> None:
-        if not self._finish_untouched(result, None):
-            super().set_result(result)
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        if not self._finish_untouched(None, exception):
-            super().set_exception(exception)
-
-    def _finish_untouched(self, result: Any, exception: BaseException | None) -> bool:
-        """Finish without a condition if nobody has waited yet; whether it did."""
-        with _CREATION_LOCK:
-            if self._lazy_condition is not None or self._state in _DONE_STATES:
-                return False  # the Future code path notifies waiters or raises InvalidStateError
-            self._stored = result
-            self._exception = exception
-            self._state = FINISHED
-            return True
-
-
-def finish_positions(
-    futures: Sequence[LazyFuture[Any]],
-    make: Callable[[int, int], Any],
-    partition: int,
-    first_offset: int,
-) -> None:
-    """Resolve ``futures[i]`` to ``make(partition, first_offset + i)``, skipping done ones.
-
-    Untouched futures (nobody waits on them yet) keep the two ints and build the result when
-    read; the others are finished the ``Future`` way, notifying their waiters."""
-    touched = []
-    with _CREATION_LOCK:
-        for offset, future in enumerate(futures, first_offset):
-            if future._lazy_condition is None and future._state not in _DONE_STATES:
-                future._lazy_make = make
-                future._lazy_offset = offset
-                future._lazy_partition = partition
-                future._state = FINISHED
-            else:
-                touched.append((future, offset))
-    for future, offset in touched:
-        if not future.done():
-            Future.set_result(future, make(partition, offset))
+        if self._lazy_condition is None:
+            return self._sends.done(self._index)
+        return self._state in _DONE_STATES

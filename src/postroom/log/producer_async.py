@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -16,12 +16,11 @@ from .._acompat import (
     ACondition,
     AFuture,
     ALock,
+    ASends,
     agather,
     ais_current,
-    aresolve_positions,
     asleep,
     aspawn,
-    new_future,
 )
 from .._db_async import AsyncDatabase
 from ..errors import BacklogFull, BufferFull, InvalidArgument, ProducerClosed, TopicNotFound
@@ -304,6 +303,24 @@ rates (say 1,000 sends a second with ``linger_ms=0``) batches go one at a time, 
 before (``postroom bench log``'s end-to-end latency phase)."""
 
 
+class _Chunk:
+    """Sends waiting for a writer, in send order: at most ``batch_size``, taken whole as one
+    batch. Parallel lists rather than one of tuples, and the futures' outcomes kept in
+    ``sends`` (the sync flavour keeps no future per send: _futures.py): each object made per
+    send and kept until its batch commits costs again at every pass of the garbage collector.
+    A plain send (bytes, no key, headers or partition) keeps its value bytes as its item; any
+    other, its Record."""
+
+    __slots__ = ("items", "records", "sends", "size", "topics")
+
+    def __init__(self) -> None:
+        self.topics: list[str] = []
+        self.items: list[bytes | Record] = []
+        self.sends = ASends()
+        self.size = 0  # bytes of keys and values
+        self.records = 0  # how many items are Records (not plain sends)
+
+
 class _Slot:
     """A batch in flight: the partition it writes (a lean batch) or whether it holds the
     producer alone (any other), and whether its COPY data is handed to the server yet."""
@@ -385,15 +402,10 @@ class AsyncProducer:
         self._buffer_lock = ALock()
         self._space = ACondition(self._buffer_lock)
         self._waiting_for_space = 0
-        # Parallel lists rather than one of tuples: each object made per send and kept until
-        # its batch commits costs again at every pass of the garbage collector (those passes
-        # over many pending sends cost more than the sends). A plain send (bytes, no key,
-        # headers or partition) keeps its value bytes as its item; any other, its Record.
-        self._topics: list[str] = []
-        self._items: list[bytes | Record] = []
-        self._futures: list[AFuture[Published]] = []
+        # Pending sends, in chunks of at most batch_size: a writer takes the first whole.
+        self._chunks: deque[_Chunk] = deque()
+        self._pending = 0
         self._pending_bytes = 0
-        self._records = 0  # how many of the pending items are Records (not plain sends)
         self._in_flight = 0  # batches taken and not yet written (or failed)
         # Batches in flight whose COPY data is not yet handed to the server: while one is, no
         # other is taken (it would only wait, holding a batch beyond the buffer's limits).
@@ -435,22 +447,29 @@ class AsyncProducer:
             if partition is not None:
                 await self._appender.check_partition(item)
             size = _item_size(item)
-        future: AFuture[Published] = new_future()
         async with self._buffer_lock:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")
-            if self._items and (
-                len(self._items) >= self._buffer_messages
+            if self._pending and (
+                self._pending >= self._buffer_messages
                 or self._pending_bytes + size > self._buffer_bytes
             ):
                 await self._wait_for_space(size)
-            self._topics.append(topic)
-            self._items.append(item)
-            self._futures.append(future)
-            self._pending_bytes += size
+            chunks = self._chunks
+            if chunks and len(chunks[-1].items) < self._batch_size:
+                chunk = chunks[-1]
+            else:
+                chunk = _Chunk()
+                chunks.append(chunk)
+            chunk.topics.append(topic)
+            chunk.items.append(item)
+            future: AFuture[Published] = chunk.sends.new()
+            chunk.size += size
             if not plain:
-                self._records += 1
-            pending = len(self._items)
+                chunk.records += 1
+            self._pending_bytes += size
+            self._pending += 1
+            pending = self._pending
         if pending == 1 or pending == self._batch_size or pending == OVERLAP_MIN_PENDING:
             # Wake the writer: the first pending message, enough for a batch beside one in
             # flight, or a full batch. Waking needs
@@ -472,8 +491,8 @@ class AsyncProducer:
         deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
         self._waiting_for_space += 1
         try:
-            while self._items and (
-                len(self._items) >= self._buffer_messages
+            while self._pending and (
+                self._pending >= self._buffer_messages
                 or self._pending_bytes + size > self._buffer_bytes
             ):
                 if self._closed:
@@ -482,7 +501,7 @@ class AsyncProducer:
                 if remaining <= 0:
                     raise BufferFull(
                         f"producer buffer full for {self._buffer_timeout:g} s: "
-                        f"{len(self._items)} messages, {self._pending_bytes} bytes pending "
+                        f"{self._pending} messages, {self._pending_bytes} bytes pending "
                         f"(buffer_messages={self._buffer_messages}, "
                         f"buffer_bytes={self._buffer_bytes})"
                     )
@@ -496,7 +515,7 @@ class AsyncProducer:
         async with self._cond:
             self._flushing += 1
             try:
-                while self._items or self._in_flight:
+                while self._pending or self._in_flight:
                     self._cond.notify_all()
                     await self._cond.wait_timeout(0.1)
             finally:
@@ -527,10 +546,9 @@ class AsyncProducer:
                 batch = await self._next_batch()
                 if batch is None:
                     return  # closed and drained
-                topics, items, futures, plain = batch
-                slot = await self._admit(topics, plain)
+                slot = await self._admit(batch)
             try:
-                await self._write(topics, items, futures, slot)
+                await self._write(batch, slot)
             finally:
                 async with self._cond:
                     self._release(slot)
@@ -547,25 +565,23 @@ class AsyncProducer:
         if (
             self._unsent
             or self._exclusive
-            or len(self._items) < min(self._batch_size, OVERLAP_MIN_PENDING)
+            or self._pending < min(self._batch_size, OVERLAP_MIN_PENDING)
         ):
             return False
-        meta = self._appender.cached(self._topics[0])
+        meta = self._appender.cached(self._chunks[0].topics[0])
         return meta is not None and len(self._busy.get(meta.id, ())) < meta.partitions
 
-    async def _next_batch(
-        self,
-    ) -> tuple[list[str], list[bytes | Record], list[AFuture[Published]], bool] | None:
-        """Wait for sends (and for ``_may_take``), linger for more, and take up to
-        ``batch_size`` of them; and whether they are all plain sends."""
+    async def _next_batch(self) -> _Chunk | None:
+        """Wait for sends (and for ``_may_take``), linger for more, and take a batch: the first
+        chunk of sends, up to ``batch_size`` of them."""
         async with self._cond:
-            while not self._items or not self._may_take():
-                if not self._items and self._closed:
+            while not self._pending or not self._may_take():
+                if not self._pending and self._closed:
                     return None
                 await self._cond.wait_timeout(1.0)
             deadline = time.monotonic() + self._linger
             while (
-                len(self._items) < self._batch_size
+                self._pending < self._batch_size  # the first chunk is full from there on
                 and not self._closed
                 and not self._flushing
                 and not self._waiting_for_space
@@ -574,32 +590,17 @@ class AsyncProducer:
                 if remaining <= 0:
                     break
                 await self._cond.wait_timeout(remaining)
-            size = self._batch_size
             async with self._buffer_lock:
-                topics, items, futures = (
-                    self._topics[:size],
-                    self._items[:size],
-                    self._futures[:size],
-                )
-                del self._topics[:size], self._items[:size], self._futures[:size]
-                plain = True
-                if self._records:  # some Records pending: count those taken
-                    taken = sum(type(i) is not bytes for i in items)
-                    self._records -= taken
-                    plain = not taken
-                if not self._items:
-                    self._pending_bytes = 0
-                elif plain:  # plain sends count their length: no call per item
-                    self._pending_bytes -= sum(map(len, items))
-                else:
-                    self._pending_bytes -= sum(map(_item_size, items))
+                chunk = self._chunks.popleft()
+                self._pending -= len(chunk.items)
+                self._pending_bytes = self._pending_bytes - chunk.size if self._pending else 0
                 if self._waiting_for_space:
                     self._space.notify_all()
             self._in_flight += 1
             self._unsent += 1
-            return topics, items, futures, plain
+            return chunk
 
-    async def _admit(self, topics: list[str], plain: bool) -> _Slot:
+    async def _admit(self, batch: _Chunk) -> _Slot:
         """Wait until the batch may be written beside the batches in flight, and say how.
 
         A lean batch (plain sends to one topic) gets a sticky partition that no batch in flight
@@ -608,9 +609,10 @@ class AsyncProducer:
         other batch (keys, partitions, headers: it may write any partition) waits until it is
         the only one in flight, and no other batch is admitted until it is written."""
         slot = _Slot()
+        topics = batch.topics
         topic = topics[0]
         meta: TopicMeta | None = None
-        if plain and topics.count(topic) == len(topics):
+        if not batch.records and topics.count(topic) == len(topics):
             try:
                 meta = await self._appender.meta(topic)
             except Exception:  # noqa: BLE001 - the general path meets it again and reports it
@@ -644,13 +646,7 @@ class AsyncProducer:
             slot.sent = True
             self._unsent -= 1
 
-    async def _write(
-        self,
-        topics: list[str],
-        items: list[bytes | Record],
-        futures: list[AFuture[Published]],
-        slot: _Slot,
-    ) -> None:
+    async def _write(self, batch: _Chunk, slot: _Slot) -> None:
         """Append the batch and resolve its futures after the commit. A record that cannot be
         written fails its own future only; the rest of the batch is written."""
 
@@ -662,14 +658,15 @@ class AsyncProducer:
                     self._unsent -= 1
                     self._cond.notify_all()
 
+        sends = batch.sends
         try:
-            topic = topics[0]
+            topic = batch.topics[0]
             if slot.partition is not None:
                 # The common case: plain sends to one topic, written by the lean path.
                 try:
                     partition, first = await self._appender.append_values(
                         topic,
-                        items,  # type: ignore[arg-type]
+                        batch.items,  # type: ignore[arg-type]
                         timeout=self._backlog_timeout,
                         partition=slot.partition,
                         on_sent=sent,
@@ -677,47 +674,45 @@ class AsyncProducer:
                 except InvalidArgument:
                     pass  # the database refused some content: isolate it below
                 else:
-                    aresolve_positions(futures, Published, partition, first)
+                    sends.resolve_positions(Published, partition, first)
                     return
             # A lean batch refused in part is written again to its own partition, which no
             # other batch writes meanwhile.
             records = [
                 Record(t, i, None, None, slot.partition) if type(i) is bytes else cast(Record, i)
-                for t, i in zip(topics, items, strict=True)
+                for t, i in zip(batch.topics, batch.items, strict=True)
             ]
+            indexes = list(range(len(records)))
             refused = await self._appender.refusals(records)
             if refused:
                 for index, exc in refused.items():
-                    futures[index].set_exception(exc)
+                    sends.set_exception(index, exc)
                 records = [r for i, r in enumerate(records) if i not in refused]
-                futures = [f for i, f in enumerate(futures) if i not in refused]
-            await self._append_isolating(records, futures)
+                indexes = [i for i in indexes if i not in refused]
+            await self._append_isolating(records, indexes, sends)
         except BaseException as exc:  # noqa: BLE001 - every waiting sender gets the error
-            for future in futures:
-                if not future.done():
-                    future.set_exception(exc)
+            sends.fail(exc)
 
     async def _append_isolating(
-        self, records: list[Record], futures: list[AFuture[Published]]
+        self, records: list[Record], indexes: list[int], sends: ASends
     ) -> None:
-        """Append ``records`` in one transaction; if the database refuses a record's content
-        (a CHECK: nothing was committed, so writing again cannot duplicate), split the batch
-        in halves until the refused records stand alone and fail only their futures."""
+        """Append ``records`` (the sends at ``indexes`` of the batch) in one transaction; if
+        the database refuses a record's content (a CHECK: nothing was committed, so writing
+        again cannot duplicate), split the batch in halves until the refused records stand
+        alone and fail only their futures."""
         if not records:
             return
         try:
             results = await self._appender.append(records, timeout=self._backlog_timeout)
         except InvalidArgument as exc:
             if len(records) == 1:
-                futures[0].set_exception(exc)
+                sends.set_exception(indexes[0], exc)
                 return
             middle = len(records) // 2
-            await self._append_isolating(records[:middle], futures[:middle])
-            await self._append_isolating(records[middle:], futures[middle:])
+            await self._append_isolating(records[:middle], indexes[:middle], sends)
+            await self._append_isolating(records[middle:], indexes[middle:], sends)
             return
-        for future, result in zip(futures, results, strict=True):
-            if not future.done():
-                future.set_result(result)
+        sends.set_results(indexes, results)
 
 
 def _item_size(item: bytes | Record) -> int:
