@@ -217,7 +217,9 @@ class DropsOneCancellation:
     stop within 30 s, once in about 20 loaded runs."""
 
     def __init__(self) -> None:
-        self.polling = threading.Event()
+        import asyncio
+
+        self.polling = asyncio.Event()
 
     async def poll(self, timeout: float, max_messages: int) -> list[Any]:
         import asyncio
@@ -242,8 +244,7 @@ def test_stop_ends_a_poll_that_dropped_a_cancellation() -> None:
 
     async def main() -> int:
         carried = asyncio.create_task(relay.relay_batch(consumer))
-        while not consumer.polling.is_set():
-            await asyncio.sleep(0)
+        await consumer.polling.wait()
         relay.stop()
         return await asyncio.wait_for(carried, 10)
 
