@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from postroom.benchmarks import _common
 from postroom.benchmarks import log as log_bench
 from postroom.benchmarks import queue as queue_bench
 
@@ -94,8 +95,9 @@ def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
 def test_the_churn_verdict_flags_growth() -> None:
     flat = [{"bytes": 100, "worker_rss_kb": 50_000}] * 6
     growing = [{"bytes": 100 * 2**i, "worker_rss_kb": 50_000} for i in range(6)]
-    assert queue_bench._bounded(flat)
-    assert not queue_bench._bounded(growing)
+    keys = ("bytes", "worker_rss_kb")
+    assert _common.bounded(flat, keys)
+    assert not _common.bounded(growing, keys)
 
 
 def test_the_log_report_names_every_phase(dsn: str) -> None:
@@ -152,6 +154,9 @@ def test_quick_churn_benchmark_reports_every_figure(dsn: str) -> None:
     assert soak["errors"] == [] and soak["produced"] > 0
     assert soak["consumed"] + soak["final_lag"] == soak["produced"]
     assert len(soak["samples"]) >= 3 and {"start", "max", "end"} <= set(soak["dead_tuples"])
+    assert soak["client_rss_kb"]["max"] >= soak["client_rss_kb"]["start"] > 0
+    assert isinstance(soak["bounded"], bool)
     assert result["backlog"]["removed"] == 3_000
     report = churn.format_report(result)
     assert "messages dead tuples" in report and "VACUUM" in report
+    assert "producer + consumer process RSS" in report

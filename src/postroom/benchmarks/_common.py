@@ -38,6 +38,35 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
 # -- the run's context ------------------------------------------------------------------------
 
 
+def rss_kb(pid: int | str = "self") -> dict[str, int]:
+    """Resident set size now and at its peak (VmRSS, VmHWM) of a process, in KiB, from
+    /proc (empty where there is no /proc)."""
+    figures = {}
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "VmHWM"):
+                    figures[name] = int(value.split()[0])
+    except OSError:
+        pass
+    return figures
+
+
+def bounded(samples: Sequence[dict[str, Any]], keys: Sequence[str]) -> bool:
+    """No unbounded growth: in each of ``keys``, the second half of the samples peaks at most
+    1.5 times as high as the first half (too few samples: True)."""
+    if len(samples) < 4:
+        return True
+    half = len(samples) // 2
+    for key in keys:
+        first = max(s[key] for s in samples[:half])
+        second = max(s[key] for s in samples[half:])
+        if second > 1.5 * max(first, 1):
+            return False
+    return True
+
+
 def started_at() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 

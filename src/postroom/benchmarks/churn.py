@@ -65,6 +65,8 @@ def sample(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     ).fetchone()
     assert row is not None and others is not None
     result = {
+        # This process runs the producer and the consumer: its RSS must not grow either.
+        "client_rss_kb": _common.rss_kb().get("VmRSS", 0),
         "bytes": int(row[0]),
         "dead_tuples": int(row[1]),
         "live_tuples": int(row[2]),
@@ -220,6 +222,8 @@ def run(url: str | None = None, settings: Settings | None = None) -> dict[str, A
                 "dead_tuples": summary(soak["samples"], "dead_tuples"),
                 "live_tuples": summary(soak["samples"], "live_tuples"),
                 "other_dead_tuples": summary(soak["samples"], "other_dead_tuples"),
+                "client_rss_kb": summary(soak["samples"], "client_rss_kb"),
+                "bounded": _common.bounded(soak["samples"], ("bytes", "client_rss_kb")),
                 **(
                     {"exact_dead_tuples": summary(soak["samples"], "exact_dead_tuples")}
                     if "exact_dead_tuples" in soak["samples"][0]
@@ -258,6 +262,7 @@ def format_report(result: dict[str, Any]) -> str:
         ("live_tuples", "messages live tuples"),
         ("other_dead_tuples", "other tables' dead tuples"),
         ("exact_dead_tuples", "messages dead tuples, exact (pgstattuple)"),
+        ("client_rss_kb", "producer + consumer process RSS (KiB)"),
     ):
         if key not in c:
             continue
@@ -265,6 +270,8 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(f"  {label}: start {f['start']:,}, max {f['max']:,}, end {f['end']:,}")
     total = b["delete_ms"] + b["vacuum_ms"]
     lines += [
+        "  bounded (second half peaks at most 1.5x the first, size and RSS): "
+        + ("yes" if c["bounded"] else "NO"),
         f"  backlog of {b['messages']:,}: retention deleted {b['removed']:,} in "
         f"{b['delete_ms']:,.1f} ms, then VACUUM {b['vacuum_ms']:,.1f} ms (total {total:,.1f} ms;"
         f" messages {b['bytes_before']:,} bytes before, {b['bytes_after']:,} after)",

@@ -20,7 +20,7 @@ from psycopg import sql
 
 import postroom
 
-from ._common import rate
+from ._common import rate, rss_kb
 
 SCHEMA = "postroom_bench"
 TOPIC = "bench"
@@ -339,13 +339,9 @@ def measure_latency(
 def _peak_rss_mb() -> float:
     """This process's peak resident set size so far, in MiB: ``VmHWM`` of /proc/self/status
     (``ru_maxrss`` would carry the parent's peak over the fork + exec that spawned it)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
+    peak = rss_kb().get("VmHWM")
+    if peak is not None:
+        return peak / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

@@ -340,7 +340,7 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
                             "dead": dead,
                             "bytes": size,
                             "vacuums": vacuums,
-                            "worker_rss_kb": _rss_kb(worker.pid).get("VmRSS", 0),
+                            "worker_rss_kb": _common.rss_kb(worker.pid).get("VmRSS", 0),
                         }
                     )
 
@@ -370,38 +370,9 @@ def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
         "max_dead": max((s["dead"] for s in samples), default=0),
         "max_bytes": max((s["bytes"] for s in samples), default=0),
         "worker_rss_kb": [s["worker_rss_kb"] for s in samples],
-        "bounded": _bounded(samples),
+        "bounded": _common.bounded(samples, ("bytes", "worker_rss_kb")),
         "samples": samples,
     }
-
-
-def _bounded(samples: list[dict[str, Any]]) -> bool:
-    """No unbounded growth: the second half of the run peaks at most 1.5 times as high as the
-    first half, in table size and in the worker's RSS (too few samples: True)."""
-    if len(samples) < 4:
-        return True
-    half = len(samples) // 2
-    for key in ("bytes", "worker_rss_kb"):
-        first = max(s[key] for s in samples[:half])
-        second = max(s[key] for s in samples[half:])
-        if second > 1.5 * max(first, 1):
-            return False
-    return True
-
-
-def _rss_kb(pid: int | str = "self") -> dict[str, int]:
-    """Resident set size now and at its peak (VmRSS, VmHWM) of a process, in KiB, from
-    /proc (empty where there is no /proc)."""
-    figures = {}
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                name, _, value = line.partition(":")
-                if name in ("VmRSS", "VmHWM"):
-                    figures[name] = int(value.split()[0])
-    except OSError:
-        pass
-    return figures
 
 
 def measure_memory(url: str, settings: Settings) -> dict[str, Any]:
@@ -428,7 +399,7 @@ def measure_memory(url: str, settings: Settings) -> dict[str, Any]:
     try:
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError("the benchmark worker process did not start")
-        before = _rss_kb(proc.pid)
+        before = _common.rss_kb(proc.pid)
         started = time.perf_counter()
         held = 0
         with psycopg.connect(url, autocommit=True) as conn:
@@ -440,7 +411,7 @@ def measure_memory(url: str, settings: Settings) -> dict[str, Any]:
                 held = 0 if row is None else int(row[0])
                 time.sleep(0.1)
         time.sleep(0.5)  # let the buffer settle
-        holding = _rss_kb(proc.pid)
+        holding = _common.rss_kb(proc.pid)
         proc.stdin.write("stop\n")
         proc.stdin.flush()
         proc.communicate(timeout=120)
