@@ -9,8 +9,8 @@ async side:
 
 - an object with async methods, ``__aenter__`` or ``__aiter__``, or of an ``Async*`` class
   -> another ``Blocking``;
-- an ``asyncio.Future`` (``AsyncProducer.send``) -> a ``concurrent.futures.Future``, like the
-  sync producer's;
+- a future (``AsyncProducer.send``'s, which ``asyncio.isfuture`` takes for one) -> a
+  ``concurrent.futures.Future``, like the sync producer's;
 - a plain function (the decorator ``client.job("kind")`` returns) -> a blocking function;
 - plain values (records, ints, lists of records) -> unchanged.
 
@@ -105,7 +105,7 @@ class Blocking:
         loop: EventLoopThread = object.__getattribute__(self, "_loop")
         if isinstance(value, Blocking):
             return value
-        if isinstance(value, asyncio.Future):
+        if asyncio.isfuture(value):  # an asyncio.Future, or what asyncio takes as one
             return asyncio.run_coroutine_threadsafe(_await(value), loop.loop)
         if isinstance(value, types.FunctionType | types.MethodType | functools.partial):
             return _blocking_function(value, loop, self._wrap)
@@ -182,7 +182,7 @@ class Blocking:
         return hash(object.__getattribute__(self, "_target"))
 
 
-async def _await(future: asyncio.Future[Any]) -> Any:
+async def _await(future: Any) -> Any:
     return await future
 
 
@@ -206,7 +206,7 @@ def _blocking_function(
 
     async def call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = func(*args, **kwargs)
-        if inspect.isawaitable(result) and not isinstance(result, asyncio.Future):
+        if inspect.isawaitable(result) and not asyncio.isfuture(result):
             result = await result
         return result
 

@@ -130,3 +130,95 @@ def test_the_batch_keeps_no_future_nobody_waits_on() -> None:
     finally:
         gc.enable()
     assert isinstance(Sends().new(), SendFuture)
+
+
+# -- the async producer's futures ----------------------------------------------------------
+
+
+def test_an_async_send_future_is_a_future_to_asyncio() -> None:
+    import asyncio
+
+    from postroom._futures import ASends
+
+    async def scenario() -> None:
+        sends = ASends()
+        awaited, gathered, dropped, failed, cancelled = (sends.new() for _ in range(5))
+        assert asyncio.isfuture(awaited) and not awaited.done()
+        with pytest.raises(asyncio.InvalidStateError):
+            awaited.result()
+        seen: list[Any] = []
+        gathered.add_done_callback(seen.append)
+        waiting = asyncio.ensure_future(asyncio.gather(awaited, gathered))
+        assert cancelled.cancel()
+        await asyncio.sleep(0)
+        sends.set_exception(3, ValueError("refused"))
+        sends.resolve_positions(position, 1, 20)
+        assert await waiting == [(1, 20), (1, 21)]
+        assert seen == [gathered]  # the callback gets the future it was added to
+        assert dropped.done() and dropped.result() == (1, 22)  # never awaited: no asyncio future
+        assert dropped._future is None
+        with pytest.raises(ValueError, match="refused"):
+            await failed
+        assert isinstance(failed.exception(), ValueError)
+        assert cancelled.cancelled()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+
+    asyncio.run(scenario())
+
+
+def test_async_send_futures_with_wait_and_as_completed() -> None:
+    import asyncio
+
+    from postroom._futures import ASends
+
+    async def scenario() -> None:
+        sends = ASends()
+        futures = [sends.new() for _ in range(3)]
+        # asyncio.wait's stubs want asyncio.Future instances: at run time any future will do.
+        done, pending = await asyncio.wait(futures, timeout=0)  # type: ignore[type-var]
+        assert not done and len(pending) == 3
+        asyncio.get_running_loop().call_soon(sends.resolve_positions, position, 0, 0)
+        ordered = [await f for f in asyncio.as_completed(futures, timeout=5)]
+        assert sorted(ordered) == [(0, 0), (0, 1), (0, 2)]
+        done, pending = await asyncio.wait(futures)  # type: ignore[type-var]
+        assert done == set(futures) and not pending
+        removed: list[Any] = []
+        late = ASends()
+        future = late.new()
+        future.add_done_callback(removed.append)
+        assert future.remove_done_callback(removed.append) == 1
+        late.fail(RuntimeError("connection lost"))
+        with pytest.raises(RuntimeError, match="connection lost"):
+            await future
+        assert removed == []
+
+    asyncio.run(scenario())
+
+
+def test_the_async_batch_keeps_no_future_nobody_waits_on() -> None:
+    import asyncio
+
+    from postroom._futures import ASends
+
+    async def scenario() -> None:
+        sends = ASends()
+        dropped = weakref.ref(sends.new())
+        assert dropped() is None
+        waited = sends.new()
+        task = asyncio.ensure_future(_await(waited))
+        await asyncio.sleep(0)
+        assert len(sends._waited) == 1  # the asyncio future behind the awaited one
+        sends.resolve_positions(position, 2, 0)
+        assert await task == (2, 1)
+        assert not sends._waited
+
+    gc.disable()
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.enable()
+
+
+async def _await(future: Any) -> Any:
+    return await future

@@ -20,7 +20,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future as _ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -181,57 +181,9 @@ def call_hook(func: Callable[..., Any], *args: Any) -> Any:
     return func(*args)
 
 
-class ASends:
-    """The futures of one producer batch, by index (send order). asyncio futures cannot read
-    their outcome lazily, so they are made at ``send()`` and kept here; the sync twin
-    (_futures.Sends) keeps outcomes instead, and its futures read them."""
-
-    __slots__ = ("_futures",)
-
-    def __init__(self) -> None:
-        self._futures: list[asyncio.Future[Any]] = []
-
-    def new(self) -> asyncio.Future[Any]:
-        """The future of the next send."""
-        future = asyncio.get_running_loop().create_future()
-        self._futures.append(future)
-        return future
-
-    def __len__(self) -> int:
-        return len(self._futures)
-
-    def done(self, index: int) -> bool:
-        return self._futures[index].done()
-
-    def set_result(self, index: int, value: Any) -> None:
-        future = self._futures[index]
-        if not future.done():
-            future.set_result(value)
-
-    def set_results(self, indexes: Sequence[int], values: Sequence[Any]) -> None:
-        for index, value in zip(indexes, values, strict=True):
-            self.set_result(index, value)
-
-    def set_exception(self, index: int, error: BaseException) -> None:
-        future = self._futures[index]
-        if not future.done():
-            future.set_exception(error)
-
-    def resolve_positions(
-        self, make: Callable[[int, int], Any], partition: int, first_offset: int
-    ) -> None:
-        """Every send not yet done resolves to ``make(partition, first_offset + index)``."""
-        for offset, future in enumerate(self._futures, first_offset):
-            if not future.done():
-                future.set_result(make(partition, offset))
-
-    def fail(self, error: BaseException) -> None:
-        """Every send not yet done fails with ``error``."""
-        for future in self._futures:
-            if not future.done():
-                future.set_exception(error)
-
-
+ASends = _futures.ASends
+ASendFuture = _futures.ASendFuture
+SendFuture = _futures.SendFuture
 Sends = _futures.Sends
 
 

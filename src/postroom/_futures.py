@@ -17,12 +17,18 @@ finishes it the ``Future`` way (notifying waiters, calling callbacks). The batch
 outcomes under the same lock, so a waiter either sees the outcome or is notified. It relies
 on ``Future``'s private attributes, stable since Python 3.2; tests/test_futures.py pins the
 behaviour.
+
+The async producer's batches are :class:`ASends` and its futures :class:`ASendFuture`: asyncio
+takes one for a future (``await``, ``gather``, ``wait``, ``as_completed``, done-callbacks). It
+makes a real asyncio future only when someone awaits it or adds a callback, and the batch then
+finishes that one, on the event loop (the async producer's writer runs there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import (
     CANCELLED,
@@ -30,8 +36,9 @@ from concurrent.futures._base import (
     FINISHED,
     PENDING,
 )
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+T = TypeVar("T")
 _LOCK = threading.Lock()
 _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 _Outcome = tuple[bool, Any, BaseException | None]  # done, result, exception
@@ -51,11 +58,13 @@ class Sends:
         self._errors: dict[int, BaseException] = {}
         self._positions: tuple[Callable[[int, int], Any], int, int] | None = None
         self._failure: BaseException | None = None
-        self._waited: dict[int, SendFuture] = {}  # futures someone waits on, not finished
+        # What to finish when a send someone waits on is done: its SendFuture, or the asyncio
+        # future an ASendFuture made.
+        self._waited: dict[int, Future[Any] | asyncio.Future[Any]] = {}
 
-    def new(self) -> SendFuture:
+    def new(self) -> SendFuture[Any]:
         """The future of the next send (the caller serializes calls)."""
-        future = SendFuture(self, self._count)
+        future: SendFuture[Any] = SendFuture(self, self._count)
         self._count += 1
         return future
 
@@ -124,7 +133,9 @@ class Sends:
             waiting = self._take_waited(list(self._waited))
         _finish(waiting)
 
-    def _take_waited(self, indexes: Sequence[int]) -> list[tuple[SendFuture, _Outcome]]:
+    def _take_waited(
+        self, indexes: Sequence[int]
+    ) -> list[tuple[Future[Any] | asyncio.Future[Any], _Outcome]]:
         """The waited-on futures among ``indexes`` that are now done, with their outcomes,
         taken off the list (``_LOCK`` held)."""
         if not self._waited:
@@ -138,20 +149,26 @@ class Sends:
         return taken
 
 
-def _finish(waiting: list[tuple[SendFuture, _Outcome]]) -> None:
-    """Finish futures someone waits on the ``Future`` way (outside ``_LOCK``: it notifies
-    waiters and calls callbacks). A future cancelled meanwhile stays cancelled."""
+def _finish(waiting: list[tuple[Future[Any] | asyncio.Future[Any], _Outcome]]) -> None:
+    """Finish the futures someone waits on (outside ``_LOCK``: it notifies waiters and calls
+    callbacks). A future cancelled meanwhile stays cancelled."""
     for future, (_, result, error) in waiting:
-        try:
+        if isinstance(future, Future):
+            try:
+                if error is None:
+                    Future.set_result(future, result)
+                else:
+                    Future.set_exception(future, error)
+            except InvalidStateError:
+                pass
+        elif not future.done():
             if error is None:
-                Future.set_result(future, result)
+                future.set_result(result)
             else:
-                Future.set_exception(future, error)
-        except InvalidStateError:
-            pass
+                future.set_exception(error)
 
 
-class SendFuture(Future[Any]):
+class SendFuture(Future[T]):
     """The future of one send: its batch and index until someone waits on it (see the module
     docstring)."""
 
@@ -186,3 +203,123 @@ class SendFuture(Future[Any]):
         if self._lazy_condition is None:
             return self._sends.done(self._index)
         return self._state in _DONE_STATES
+
+
+class ASends(Sends):
+    """The async twin of :class:`Sends`: made on the event loop, its futures are
+    :class:`ASendFuture`."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._loop = asyncio.get_running_loop()
+
+    def new(self) -> ASendFuture[Any]:  # type: ignore[override]
+        """The future of the next send (the caller serializes calls)."""
+        future: ASendFuture[Any] = ASendFuture(self, self._count, self._loop)
+        self._count += 1
+        return future
+
+
+class ASendFuture(Generic[T]):
+    """The future of one async send: its batch and index, and a real asyncio future only once
+    someone awaits it or adds a callback (see the module docstring). ``asyncio.isfuture`` is
+    true of it (``_asyncio_future_blocking``), so asyncio's functions take it as it is."""
+
+    _asyncio_future_blocking = False
+    __slots__ = ("__weakref__", "_future", "_index", "_loop", "_sends")
+
+    def __init__(self, sends: Sends, index: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._sends = sends
+        self._index = index
+        self._loop = loop
+        self._future: asyncio.Future[T] | None = None
+
+    def _waitable(self) -> asyncio.Future[T]:
+        """The asyncio future that carries the outcome: made now if need be, finished at once
+        if the outcome is known, else registered with the batch, which finishes it."""
+        future = self._future
+        if future is None:
+            future = self._future = self._loop.create_future()
+            with _LOCK:
+                outcome = self._sends.outcome(self._index)
+                if not outcome[0]:
+                    self._sends._waited[self._index] = future
+            if outcome[0]:
+                _finish([(future, outcome)])
+        return future
+
+    def _outcome(self) -> _Outcome:
+        with _LOCK:
+            return self._sends.outcome(self._index)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def done(self) -> bool:
+        if self._future is not None:
+            return self._future.done()
+        return self._sends.done(self._index)
+
+    def cancelled(self) -> bool:
+        return self._future is not None and self._future.cancelled()
+
+    def cancel(self, msg: Any = None) -> bool:
+        return self._waitable().cancel(msg)
+
+    def result(self) -> T:
+        if self._future is not None:
+            return self._future.result()
+        done, result, error = self._outcome()
+        if not done:
+            raise asyncio.InvalidStateError("Result is not set.")
+        if error is not None:
+            raise error
+        return result  # type: ignore[no-any-return]
+
+    def exception(self) -> BaseException | None:
+        if self._future is not None:
+            return self._future.exception()
+        done, _, error = self._outcome()
+        if not done:
+            raise asyncio.InvalidStateError("Exception is not set.")
+        return error
+
+    def add_done_callback(self, fn: Callable[[Any], object], *, context: Any = None) -> None:
+        self._waitable().add_done_callback(_Callback(fn, self), context=context)
+
+    def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
+        if self._future is None:
+            return 0
+        return self._future.remove_done_callback(_Callback(fn, self))
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._waitable().__await__()
+
+    __iter__ = __await__
+
+    def __repr__(self) -> str:
+        state = "finished" if self.done() else "pending"
+        return f"<ASendFuture {state} send {self._index} of its batch>"
+
+
+class _Callback:
+    """A done-callback of an :class:`ASendFuture`, called with that future (not with the
+    asyncio future behind it: ``asyncio.as_completed`` looks futures up by identity); equal to
+    another for the same function and future, so ``remove_done_callback`` finds it."""
+
+    __slots__ = ("fn", "owner")
+
+    def __init__(self, fn: Callable[[Any], object], owner: ASendFuture[Any]) -> None:
+        self.fn = fn
+        self.owner = owner
+
+    def __call__(self, _: object) -> None:
+        self.fn(self.owner)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Callback) and other.fn == self.fn and other.owner is self.owner
+
+    def __hash__(self) -> int:
+        return hash((self.fn, id(self.owner)))

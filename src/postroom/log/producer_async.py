@@ -14,8 +14,8 @@ import psycopg
 
 from .._acompat import (
     ACondition,
-    AFuture,
     ALock,
+    ASendFuture,
     ASends,
     agather,
     ais_current,
@@ -346,8 +346,9 @@ class AsyncProducer:
             future = producer.send("orders", {"id": 1}, key="customer-7")
         print(future.result())  # Published(partition=2, offset=41)
 
-    ``AsyncProducer`` alike: ``async with``, ``await producer.send(...)`` returns an asyncio
-    future, ``await future``.
+    ``AsyncProducer`` alike: ``async with``, ``await producer.send(...)`` returns a future that
+    asyncio takes as one (``await future``, ``asyncio.gather``, ``wait``, ``as_completed``,
+    done-callbacks). Neither flavour keeps the futures it returns (see _futures.py).
 
     The buffer of sends not yet taken by the writer is bounded: at ``buffer_messages``
     messages, or ``buffer_bytes`` of keys and values, ``send`` blocks until the writer takes a
@@ -427,7 +428,7 @@ class AsyncProducer:
         key: bytes | str | None = None,
         headers: Mapping[str, HeaderValue] | None = None,
         partition: int | None = None,
-    ) -> AFuture[Published]:
+    ) -> ASendFuture[Published]:
         item: bytes | Record
         if (
             type(value) is bytes
@@ -463,7 +464,7 @@ class AsyncProducer:
                 chunks.append(chunk)
             chunk.topics.append(topic)
             chunk.items.append(item)
-            future: AFuture[Published] = chunk.sends.new()
+            future: ASendFuture[Published] = chunk.sends.new()
             chunk.size += size
             if not plain:
                 chunk.records += 1
