@@ -306,8 +306,8 @@ before (``postroom bench log``'s end-to-end latency phase)."""
 class _Chunk:
     """Sends waiting for a writer, in send order: at most ``batch_size``, taken whole as one
     batch. Parallel lists rather than one of tuples, and the futures' outcomes kept in
-    ``sends`` (the sync flavour keeps no future per send: _futures.py): each object made per
-    send and kept until its batch commits costs again at every pass of the garbage collector.
+    ``sends`` (no future per send is kept: _futures.py): each object made per send and kept
+    until its batch commits costs again at every pass of the garbage collector.
     A plain send (bytes, no key, headers or partition) keeps its value bytes as its item; any
     other, its Record."""
 
