@@ -68,9 +68,6 @@ class Sends:
         self._count += 1
         return future
 
-    def __len__(self) -> int:
-        return self._count
-
     def done(self, index: int) -> bool:
         return (
             index in self._results
@@ -94,11 +91,7 @@ class Sends:
         return False, None, None
 
     def set_result(self, index: int, value: Any) -> None:
-        with _LOCK:
-            if not self.done(index):
-                self._results[index] = value
-            waiting = self._take_waited([index])
-        _finish(waiting)
+        self.set_results([index], [value])
 
     def set_results(self, indexes: Sequence[int], values: Sequence[Any]) -> None:
         with _LOCK:
