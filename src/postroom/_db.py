@@ -21,6 +21,7 @@ from .embedded import resolve_url
 from .errors import (
     BacklogFull,
     Fenced,
+    InstanceFenced,
     InvalidArgument,
     InvalidType,
     OffsetOutOfRange,
@@ -194,6 +195,8 @@ class translate_errors:
             return
         if sqlstate == "PRF01":
             raise Fenced(_first_line(exc)) from exc
+        if sqlstate == "PRF02":
+            raise InstanceFenced(_first_line(exc)) from exc
         if sqlstate == "PRB01":
             raise BacklogFull(_first_line(exc)) from exc
         if sqlstate == "PRO01":

@@ -107,6 +107,15 @@ class Fenced(PostroomError):
     new owner goes on from the committed cursor."""
 
 
+class InstanceFenced(PostroomError):
+    """A newer instance of this consumer's group member (the same ``member_id``) joined the
+    group, so this one is fenced for good, as Kafka fences a stale ``group.instance.id``: every
+    later ``poll()``, ``commit()`` and ``transaction()`` raises this, and nothing it holds is
+    delivered or committed again. Stop the process (or close the consumer); its replacement
+    holds the partitions. Not a :class:`Fenced`, on purpose: code that catches ``Fenced`` to go
+    on with the partitions still held must not loop on a consumer that can never go on."""
+
+
 class BacklogFull(PostroomError):
     """A write to a topic with ``max_lag`` was refused: the slowest active consumer group of the
     partition written is ``max_lag`` or more messages behind (admission control, docs/log.md).

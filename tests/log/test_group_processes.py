@@ -221,3 +221,47 @@ def test_a_member_paused_past_its_session_is_fenced(
         paused.send("go")
         assert paused.expect("fenced").startswith("fenced")
         assert other.committed(tp) == 3
+
+
+def test_a_frozen_static_member_replaced_is_fenced_for_good(
+    dsn: str, client: postroom.Client, members: list[Member]
+) -> None:
+    """Issue 21 item 1: SIGSTOP a static member past its session timeout, start its
+    replacement with the same member id, SIGCONT the old one: it never delivers nor commits
+    again and ends with ``instance-fenced``; the replacement keeps every partition."""
+    client.create_topic("t", partitions=2)
+    static = ("poll", "--session=1", "--member-id=pod-1")
+    done = "SELECT coalesce(sum(next_offset), 0) = {} FROM postroom.cursors"
+    client.publish_batch("t", [str(i) for i in range(20)])
+    old = Member(dsn, *static, "--label=old")
+    members.append(old)
+    old.expect("joined")
+    wait_for_group(dsn, done.format(20), 30, "the old instance to commit its 20")
+    old.process.send_signal(signal.SIGSTOP)  # idle: every batch it polled is committed
+    wait_for_group(
+        dsn,
+        "SELECT NOT EXISTS (SELECT FROM postroom.members WHERE member_id = 'pod-1' "
+        "AND expires_at > now())",
+        15,
+        "the frozen instance's session to run out",
+    )
+    new = Member(dsn, *static, "--label=new")
+    members.append(new)
+    new.expect("joined")
+    client.publish_batch("t", [str(i) for i in range(20, 40)])
+    wait_for_group(dsn, done.format(40), 30, "the replacement to commit 40")
+    old.process.send_signal(signal.SIGCONT)
+    for start in range(40, 100, 20):  # work keeps coming while the old instance runs again
+        client.publish_batch("t", [str(i) for i in range(start, start + 20)])
+        wait_for_group(dsn, done.format(start + 20), 30, f"the replacement to commit {start + 20}")
+    by_label = Counter(label for (label,) in rows(dsn, "SELECT member FROM processed"))
+    assert by_label == {"old": 20, "new": 80}  # the old one delivered nothing after SIGCONT
+    assert old.expect("instance-fenced", 15) == "instance-fenced"
+    assert old.process.wait(15) == 0
+    client.publish_batch("t", [str(i) for i in range(100, 120)])
+    wait_for_group(dsn, done.format(120), 30, "the replacement to commit 120")
+    by_label = Counter(label for (label,) in rows(dsn, "SELECT member FROM processed"))
+    assert by_label == {"old": 20, "new": 100}
+    assert rows(dsn, 'SELECT count(DISTINCT (partition, "offset")) FROM processed') == [(120,)]
+    assert owners(dsn) == Counter({"pod-1": 2})
+    assert new.process.poll() is None  # still running, holding everything

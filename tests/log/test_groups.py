@@ -11,7 +11,7 @@ import pytest
 
 import postroom
 from postroom import TopicPartition
-from postroom.errors import Fenced, InvalidArgument, InvalidName, OffsetOutOfRange
+from postroom.errors import Fenced, InstanceFenced, InvalidArgument, InvalidName, OffsetOutOfRange
 
 SESSION = 1.0
 
@@ -88,7 +88,7 @@ def test_static_member_keeps_its_partitions_across_a_restart_and_fences_the_old_
     a._membership._stop.set()  # type: ignore[union-attr]  # killed without leaving
     restarted = client.consumer("g", "t", member_id="pod-1", session_timeout=5)
     assert restarted.assignment() == before
-    with pytest.raises(Fenced):
+    with pytest.raises(InstanceFenced, match="newer instance"):
         a.commit({next(iter(before)): 0})
     a.close()  # the old instance's leave does not take the new one's partitions
     assert restarted.assignment() == before

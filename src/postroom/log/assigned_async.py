@@ -1,12 +1,21 @@
 """Which partitions a consumer reads and where: a group member's leases applied (hand-over
 after ``on_revoke``, lost partitions dropped, new ones started at the committed cursor), or a
-manual assignment. The base of :class:`~postroom.log.consumer_async.AsyncConsumer`."""
+manual assignment. The base of :class:`~postroom.log.consumer_async.AsyncConsumer`.
+
+A member delivers nothing from a partition it cannot be sure it holds: not past the moment its
+session may have run out (no heartbeat renewed it within the session timeout: every partition is
+treated as revoked until a heartbeat renews it), not after a commit refused the partition (until
+the next lease list from the server hands it back), and nothing at all once a newer instance
+with the same member id took its place (``InstanceFenced``, for good)."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -14,7 +23,7 @@ import psycopg
 
 from .._acompat import acall_hook
 from .._db_async import AsyncDatabase
-from ..errors import Fenced, InvalidArgument, TopicNotFound
+from ..errors import Fenced, InstanceFenced, InvalidArgument, TopicNotFound
 from .membership_async import DEFAULT_MAX_POLL_INTERVAL, AsyncMembership, Lease
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .records import (
@@ -92,7 +101,10 @@ class AsyncAssignedPartitions:
         # sync twin); never held across I/O.
         self._lock = threading.Lock()
         self._membership: AsyncMembership | None = None
-        self._seen_version = -1
+        self._seen_state: tuple[int, bool, int] = (-1, False, -1)
+        # Leases a commit was refused on: key -> (epoch, membership.beats then). Not taken
+        # again at that epoch until a later lease list from the server says they are ours.
+        self._refused: dict[tuple[int, int], tuple[int, int]] = {}
         self._idle_revoked: set[TopicPartition] = set()
         self._lost: set[TopicPartition] = set()
         # Partitions lost with a batch in flight: the position that batch reached. A commit of
@@ -108,6 +120,9 @@ class AsyncAssignedPartitions:
     # -- assignment -----------------------------------------------------------------------
 
     async def _ensure_assigned(self) -> None:
+        if self._membership is not None and self._membership.fenced is not None:
+            await self._apply_assignment()  # drops every partition (on_revoke)
+            raise self._membership.fenced
         if self._ready:
             if self._membership is not None and self._membership.poll_expired:
                 # Left for not polling in time (max_poll_interval): drop what it held
@@ -227,13 +242,23 @@ class AsyncAssignedPartitions:
 
     async def _apply_assignment(self) -> None:
         """Bring the partitions in use up to the membership's leases (main flow only): hand
-        over revoked partitions after ``on_revoke``, drop lost ones, start new ones."""
+        over revoked partitions after ``on_revoke``, drop lost ones, start new ones. A session
+        not renewed in time holds nothing until a heartbeat renews it (see the module doc)."""
         membership = self._membership
-        if membership is None or membership.version == self._seen_version:
+        if membership is None:
             return
-        self._seen_version = membership.version
+        lapsed = not self._session_live()
+        state = (membership.version, lapsed, membership.beats if self._refused else -1)
+        if state == self._seen_state:
+            return
+        self._seen_state = state
         with self._lock:
-            leases = membership.leases
+            leases = {} if lapsed else membership.leases
+            self._refused = {
+                key: (epoch, beats)
+                for key, (epoch, beats) in self._refused.items()
+                if beats == membership.beats
+            }
             lost, revoking = [], []
             for assigned in self._assigned.values():
                 lease = leases.get((assigned.meta.id, assigned.partition))
@@ -261,10 +286,67 @@ class AsyncAssignedPartitions:
             if lease.state == "owned"
             and lease.topic_id in membership.metas
             and lease.key not in self._by_id
+            and self._refused.get(lease.key, (None, 0))[0] != lease.epoch
         ]
         await self._start_partitions(added)
         if added:
             await self._call(self._on_assign, {a.tp for a in added if a.tp in self._assigned})
+
+    def _session_live(self) -> bool:
+        """Whether the member's session is surely live now (always, without a membership)."""
+        membership = self._membership
+        return membership is None or membership.renewed_until > time.monotonic()
+
+    def _member_params(self) -> dict[str, str | None]:
+        """The member and instance a commit or claim is made as (None: no membership)."""
+        if self._membership is None:
+            return {"member": None, "instance": None}
+        return {"member": self.member_id, "instance": self._membership.instance}
+
+    def _check_can_commit(self) -> None:
+        membership = self._membership
+        if membership is not None and membership.fenced is not None:
+            raise membership.fenced
+        if membership is not None and membership.poll_expired:
+            raise Fenced(
+                f"member {self.member_id!r} left group {self.group!r}: it did not poll within "
+                f"max_poll_interval ({self.max_poll_interval:g} s), so its partitions moved; "
+                "nothing was committed, and the next poll() joins the group again"
+            )
+
+    @contextmanager
+    def _refusals(self, sent: Sequence[_Assigned], drop: bool = True) -> Iterator[None]:
+        """Around a commit or claim of the partitions ``sent`` (raw driver errors): a refusal
+        for a newer instance fences the membership for good; a commit refused on partitions
+        (``PRF01``, each named in the error's detail) stops their delivery at once: their
+        buffered and prefetched messages go, and they leave the assignment until a later
+        lease list from the server hands them back (``on_revoke`` in the next poll). With
+        ``drop`` false (a claim: it delivered nothing) the heartbeat only looks again."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            membership = self._membership
+            if membership is None or exc.sqlstate not in ("PRF01", "PRF02"):
+                raise
+            if exc.sqlstate == "PRF02":
+                membership.fence(InstanceFenced(str(exc).strip().splitlines()[0]))
+                raise
+            membership.poke()  # learn which partitions moved before the next call
+            if not drop:
+                raise
+            try:
+                named = {(int(t), int(p)) for t, p in json.loads(exc.diag.message_detail or "")}
+            except (ValueError, TypeError):
+                named = {(a.meta.id, a.partition) for a in sent}  # not said: all of them
+            with self._lock:
+                for assigned in sent:
+                    key = (assigned.meta.id, assigned.partition)
+                    if key in named and self._by_id.get(key) is assigned:
+                        self._remove(assigned)
+                        self._idle_revoked.add(assigned.tp)
+                        self._refused[key] = (assigned.epoch or 0, membership.beats)
+            self._seen_state = (-1, False, -1)  # apply (on_revoke) at the next poll
+            raise
 
     def _release_idle(self, leases: list[Lease]) -> list[Lease]:
         """Called by the heartbeat loop with the leases being handed over: those with no batch

@@ -187,7 +187,7 @@ class Consumer(AssignedPartitions):
                 self._forget_wakeups()
                 if not self._use_prefetch(max_messages, max_bytes):
                     self._fetch(max_messages, max_bytes)
-            taken = self._take(max_messages)
+            taken = self._take(max_messages) if self._session_live() else []
             if taken:
                 return taken
             remaining = deadline - time.monotonic()
@@ -418,14 +418,11 @@ class Consumer(AssignedPartitions):
 
         Cursors only move forward: committing an offset below the stored one changes nothing
         (use ``Client.reset_group`` to go back). A member that lost a partition (session
-        expired, handed over) gets :class:`Fenced` and nothing of the call is stored."""
+        expired, handed over) gets :class:`Fenced` and nothing of the call is stored; the
+        partitions refused then deliver nothing more until the group hands them back. An
+        instance replaced by a newer one with its ``member_id`` gets :class:`InstanceFenced`."""
         self._need_group("commit")
-        if self._membership is not None and self._membership.poll_expired:
-            raise Fenced(
-                f"member {self.member_id!r} left group {self.group!r}: it did not poll within "
-                f"max_poll_interval ({self.max_poll_interval:g} s), so its partitions moved; "
-                "nothing was committed, and the next poll() joins the group again"
-            )
+        self._check_can_commit()  # fenced for good, or left for not polling in time
         if not self._ready:
             self._ensure_assigned()
         # Assignment changes are applied by poll() only, never here: a partition being handed
@@ -446,16 +443,17 @@ class Consumer(AssignedPartitions):
         if not chosen:
             return
         with self._db.connection() as conn:
-            conn.execute(
-                self._db.q("commit_offsets"),
-                {
-                    "group": self.group,
-                    "member": None if self._membership is None else self.member_id,
-                    **self._id_arrays(chosen),
-                    "epochs": [a.epoch for a in chosen],
-                    "offsets": values,
-                },
-            )
+            with self._refusals(chosen):
+                conn.execute(
+                    self._db.q("commit_offsets"),
+                    {
+                        "group": self.group,
+                        **self._member_params(),
+                        **self._id_arrays(chosen),
+                        "epochs": [a.epoch for a in chosen],
+                        "offsets": values,
+                    },
+                )
         with self._lock:
             for assigned, value in zip(chosen, values, strict=True):
                 assigned.committed = max(assigned.committed, value)
@@ -579,21 +577,17 @@ class Consumer(AssignedPartitions):
             return []
         cur = conn.cursor(binary=True)
         utc_timestamps(cur)  # as poll()'s
-        try:
+        with self._refusals(order, drop=False):
             cur.execute(
                 self._db.q("claim_batch"),
                 {
                     "group": self.group,
-                    "member": None if self._membership is None else self.member_id,
+                    **self._member_params(),
                     **self._id_arrays(order),
                     "epochs": [a.epoch for a in order],
                     "limit": limit,
                 },
             )
-        except psycopg.Error as exc:
-            if exc.sqlstate == "PRF01" and self._membership is not None:
-                self._membership.poke()  # learn which partitions moved before the next call
-            raise
         names = {assigned.meta.id: assigned.meta.name for assigned in order}
         messages: list[Message] = []
         append, new, builder = messages.append, object.__new__, MessageBuilder

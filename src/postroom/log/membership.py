@@ -10,11 +10,18 @@ free (with a new epoch), and the holder frees it once its in-flight batch is com
 abandoned. Every change is announced on the ``postroom_groups`` channel, so hand-overs take
 round trips, not heartbeat intervals; the heartbeat also wakes when another member's session is
 due to expire, so a crashed member's partitions move right after its session timeout.
+
+Each consumer instance joins with its own random instance token, sent with every heartbeat,
+acquire, release and leave (and by the consumer with its commits and claims): a later join with
+the same member id takes the id over, and the server refuses the older instance for good
+(``InstanceFenced``). ``renewed_until`` says until when the session is surely live, measured
+from the start of the last heartbeat that renewed it: past it, the consumer stops delivering.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,7 +32,7 @@ import psycopg
 from .._acompat import Event, gather, sleep, spawn
 from .._db import Database, translate_errors
 from .._retention import RetentionRunner, retention_interval
-from ..errors import PostroomError, TopicNotFound
+from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata import TopicCache, TopicMeta
 
@@ -98,6 +105,16 @@ class Membership:
         self.last_poll = time.monotonic()
         self.poll_expired = False
         """Set when the member left the group for not polling within ``max_poll_interval``."""
+        self.instance = secrets.token_hex(16)
+        """This instance's token: a later join with the same member id refuses it for good."""
+        self._joined = False
+        self.fenced: InstanceFenced | None = None
+        """Set once a newer instance with the same member id took this one's place."""
+        self.renewed_until = 0.0
+        """Monotonic time until which the session is surely live: the start of the last
+        heartbeat that renewed it, plus the session timeout (the server counts from later)."""
+        self.beats = 0
+        """Lease lists read from the server (``group_acquire`` calls that succeeded)."""
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -105,12 +122,21 @@ class Membership:
         """Register, take part in the rebalance, and wait (up to 1.5 session timeouts) until
         every partition assigned to this member is taken; then keep heartbeating. Partitions
         still held by others then (a long batch in flight) come in a later ``poll()``. Also
-        rejoins after the member left for exceeding ``max_poll_interval``."""
+        rejoins after the member left for exceeding ``max_poll_interval``: with the same
+        instance token, so a newer instance that took the member id meanwhile is not fenced
+        by the older one coming back (this one is: :class:`InstanceFenced`)."""
+        if self.fenced is not None:
+            raise self.fenced
         self.poll_expired = False
         self.last_poll = time.monotonic()
         self._connect_listener()
         try:
-            self._beat(joining=True)
+            try:
+                self._beat(joining=not self._joined)
+            except InstanceFenced as exc:
+                self._fence(exc)
+                raise
+            self._joined = True
             # Long enough for a paused holder's session to run out (it cannot release).
             deadline = time.monotonic() + 1.5 * self.session_timeout + 0.5
             while any(lease.state == "pending" for lease in self.leases.values()):
@@ -156,6 +182,8 @@ class Membership:
         self.last_poll = time.monotonic()
 
     def _send_leave(self) -> None:
+        if self.fenced is not None:
+            return  # the member id is the newer instance's now: nothing of it is ours to leave
         try:
             held = [lease for lease in self.leases.values() if lease.state != "pending"]
             with self._db.connection() as conn:
@@ -167,6 +195,7 @@ class Membership:
                         "topic_ids": [lease.topic_id for lease in held],
                         "partitions": [lease.partition for lease in held],
                         "epochs": [lease.epoch for lease in held],
+                        "instance": self.instance,
                     },
                 )
         except (psycopg.Error, PostroomError) as exc:
@@ -213,8 +242,27 @@ class Membership:
                     "topic_ids": [lease.topic_id for lease in chosen],
                     "partitions": [lease.partition for lease in chosen],
                     "epochs": [lease.epoch for lease in chosen],
+                    "instance": self.instance,
                 },
             )
+
+    def fence(self, exc: InstanceFenced) -> None:
+        """A newer instance with this member id joined (a commit or claim was refused for
+        it): hold nothing from now on, for good; the heartbeat loop ends at its next turn."""
+        self.fenced = exc
+        self.leases = {}
+        self.version += 1
+        self._stop.set()
+
+    def _fence(self, exc: InstanceFenced) -> None:
+        if self.fenced is None:
+            log.error(
+                "member %s of group %s is fenced: a newer instance with this member id "
+                "joined, so this one stops delivering and committing for good",
+                self.member_id,
+                self.group,
+            )
+        self.fence(exc)
 
     def poke(self) -> None:
         """Make the heartbeat loop beat now (a claim or commit found a lease lost)."""
@@ -234,6 +282,11 @@ class Membership:
                     return
                 self._beat(joining=False)
                 backoff = 0.1
+            except InstanceFenced as exc:
+                self._fence(exc)
+                self._close_listener()
+                self._close_connection()
+                return
             except (psycopg.Error, PostroomError) as exc:
                 if self._db.pool.closed:
                     return  # the client was closed under a consumer left open
@@ -274,6 +327,7 @@ class Membership:
         metas = self._resolve_topics()
         with translate_errors(self._db.schema):
             conn = self._connection()
+            started = time.monotonic()  # the server's session starts later: a safe bound
             cur = conn.execute(
                 self._db.q("group_heartbeat"),
                 {
@@ -282,9 +336,11 @@ class Membership:
                     "topic_ids": sorted(metas),
                     "session_ms": max(1, round(self.session_timeout * 1000)),
                     "joining": joining,
+                    "instance": self.instance,
                 },
             )
             row = cur.fetchone()
+        self.renewed_until = max(self.renewed_until, started + self.session_timeout)
         rebalance, next_expiry = (True, None) if row is None else row
         interval = self.session_timeout / 3
         # Wake just after the next session expiry: a crashed member's partitions move then.
@@ -357,9 +413,11 @@ class Membership:
         with translate_errors(self._db.schema):
             conn = self._connection()
             cur = conn.execute(
-                self._db.q("group_acquire"), {"group": self.group, "member": self.member_id}
+                self._db.q("group_acquire"),
+                {"group": self.group, "member": self.member_id, "instance": self.instance},
             )
             rows = cur.fetchall()
+        self.beats += 1
         leases = {(t, p): Lease(t, p, epoch, state) for t, p, epoch, state in rows}
         if leases != self.leases:
             self.leases = leases

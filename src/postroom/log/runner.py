@@ -8,8 +8,10 @@ owner). A member loops: poll (or claim a transactional batch), hand each message
 commit. A handler that raises is retried in place with backoff; after ``max_attempts`` the
 message is published to the dead-letter topic with headers naming where it came from and why,
 and the partition goes on past it. A dropped connection or a database restart is logged and
-retried with backoff; the member goes on from the committed cursor. ``stop()`` (SIGTERM,
-SIGINT) stops fetching, lets each member finish and commit its batch, and leaves the group.
+retried with backoff; the member goes on from the committed cursor. A member whose
+``member_id`` a newer instance took over (``InstanceFenced``) ends, and ``run()`` raises that
+error once the others end. ``stop()`` (SIGTERM, SIGINT) stops fetching, lets each member
+finish and commit its batch, and leaves the group.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
-from ..errors import DatabaseUnavailable, Fenced, PostroomError, TopicExists
+from ..errors import DatabaseUnavailable, Fenced, InstanceFenced, PostroomError, TopicExists
 from .consumer import Batch, Consumer
 from .records import Message, TopicPartition
 from .subscription import Subscription
@@ -104,6 +106,10 @@ class Runner:
                     else:
                         self._poll_batch(sub, consumer)
                     failures = 0
+                except InstanceFenced as exc:
+                    log.error("%s: %s; this member ends", sub.name, exc)
+                    self._errors.append(exc)
+                    return
                 except Fenced as exc:
                     log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
