@@ -7,6 +7,7 @@ real process with SIGSTOP)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -216,3 +217,42 @@ def test_a_member_whose_heartbeat_cannot_renew_delivers_nothing_after_its_sessio
     )
     cut.close()
     other.close()
+
+
+def test_the_runner_ends_a_member_whose_id_a_newer_instance_took_and_run_raises(
+    client: postroom.Client, dsn: str
+) -> None:
+    client.create_topic("t", partitions=2)
+    handled: list[Message] = []
+
+    @client.subscribe("t", group="g", member_id="pod", session_timeout=SESSION)
+    def handle(message: Message) -> None:
+        handled.append(message)
+
+    runner = client.runner()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run(handle_signals=False)
+        except BaseException as exc:  # noqa: BLE001  # asserted below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        publish(client, 0, 4)
+        wait_for(lambda: len(handled) == 4, what="the runner's member to handle 4 messages")
+        newer = client.consumer("g", "t", member_id="pod-0", session_timeout=SESSION)
+        assert newer.assignment() == BOTH
+        thread.join(15)
+        assert not thread.is_alive(), "run() went on with a fenced member"
+    finally:
+        runner.stop()
+        thread.join(15)
+    assert len(errors) == 1 and isinstance(errors[0], InstanceFenced), errors
+    publish(client, 4, 6)
+    assert len(drain(newer, 6)) == 6
+    assert len(handled) == 4
+    newer.commit()
+    newer.close()

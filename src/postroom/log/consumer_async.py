@@ -107,9 +107,11 @@ class AsyncConsumer(AsyncAssignedPartitions):
     loses its partitions. Every owned partition carries a fencing epoch: a commit (or a
     transactional claim) after the partition moved raises :class:`~postroom.errors.Fenced` and
     leaves the cursor alone. ``member_id`` makes the membership static: a restart within the
-    session timeout keeps the partitions. ``on_assign`` / ``on_revoke`` are called with the
-    partitions gained or lost, from ``poll()``/``transaction()`` (commit in ``on_revoke`` to hand
-    over cleanly). With ``partitions`` the assignment is manual, like Kafka's ``assign()``.
+    session timeout keeps the partitions, and an older instance with that id that comes back
+    is refused for good (:class:`~postroom.errors.InstanceFenced`). ``on_assign`` /
+    ``on_revoke`` are called with the partitions gained or lost, from ``poll()``/
+    ``transaction()`` (commit in ``on_revoke`` to hand over cleanly). With ``partitions`` the
+    assignment is manual, like Kafka's ``assign()``.
 
     Kafka-style use: ``poll()`` returns messages from the in-memory position, ``commit()``
     stores the next offsets to read. ``transaction()`` instead claims a range under the cursor's

@@ -132,7 +132,7 @@ class AsyncMembership:
             try:
                 await self._beat(joining=not self._joined)
             except InstanceFenced as exc:
-                self._fence(exc)
+                self.fence(exc)
                 raise
             self._joined = True
             # Long enough for a paused holder's session to run out (it cannot release).
@@ -247,14 +247,9 @@ class AsyncMembership:
             )
 
     def fence(self, exc: InstanceFenced) -> None:
-        """A newer instance with this member id joined (a commit or claim was refused for
-        it): hold nothing from now on, for good; the heartbeat loop ends at its next turn."""
-        self.fenced = exc
-        self.leases = {}
-        self.version += 1
-        self._stop.set()
-
-    def _fence(self, exc: InstanceFenced) -> None:
+        """A newer instance with this member id joined (the server refused this one's
+        heartbeat, commit or claim): hold nothing from now on, for good; the heartbeat loop
+        ends at its next turn."""
         if self.fenced is None:
             log.error(
                 "member %s of group %s is fenced: a newer instance with this member id "
@@ -262,7 +257,10 @@ class AsyncMembership:
                 self.member_id,
                 self.group,
             )
-        self.fence(exc)
+        self.fenced = exc
+        self.leases = {}
+        self.version += 1
+        self._stop.set()
 
     def poke(self) -> None:
         """Make the heartbeat loop beat now (a claim or commit found a lease lost)."""
@@ -283,7 +281,7 @@ class AsyncMembership:
                 await self._beat(joining=False)
                 backoff = 0.1
             except InstanceFenced as exc:
-                self._fence(exc)
+                self.fence(exc)
                 await self._close_listener()
                 await self._close_connection()
                 return
