@@ -256,3 +256,30 @@ def test_the_runner_ends_a_member_whose_id_a_newer_instance_took_and_run_raises(
     assert len(handled) == 4
     newer.commit()
     newer.close()
+
+
+@pytest.mark.parametrize("call", ["commit", "transaction"])
+def test_an_older_instance_is_refused_by_the_database_before_its_heartbeat_knows(
+    client: postroom.Client, call: str
+) -> None:
+    client.create_topic("t", partitions=2)
+    publish(client, 0, 10)
+    old = client.consumer("g", "t", member_id="pod-1", session_timeout=30)
+    assert len(old.poll(timeout=1, max_messages=100)) == 10
+    freeze(membership_of(old))  # its session is still live for a while: no lapse to hide behind
+    new = client.consumer("g", "t", member_id="pod-1", session_timeout=30)
+    assert new.assignment() == BOTH
+    with pytest.raises(
+        InstanceFenced, match=f"{'claim' if call == 'transaction' else call} refused"
+    ):
+        if call == "commit":
+            old.commit()
+        else:
+            with old.transaction(max_messages=10):
+                pass
+    with pytest.raises(InstanceFenced):  # for good, without asking the database again
+        old.poll(timeout=0)
+    assert new.poll(timeout=1, max_messages=100) != []
+    new.commit()
+    old.close()
+    new.close()
