@@ -181,7 +181,10 @@ def test_a_member_whose_heartbeat_cannot_renew_delivers_nothing_after_its_sessio
     client: postroom.Client, refused_heartbeats: psycopg.Connection
 ) -> None:
     client.create_topic("t", partitions=2)
-    cut = client.consumer("g", "t", session_timeout=SESSION)
+    revoked: list[set[TopicPartition]] = []
+    cut = client.consumer(
+        "g", "t", session_timeout=SESSION, on_revoke=lambda tps: revoked.append(tps)
+    )
     assert cut.assignment() == BOTH
     membership = membership_of(cut)
     # From now on no heartbeat of ``cut`` renews its session, and its heartbeat connection is
@@ -207,6 +210,7 @@ def test_a_member_whose_heartbeat_cannot_renew_delivers_nothing_after_its_sessio
     late = [(m.partition, m.offset) for t, m in deliveries if t > cut_at + SESSION]
     assert late == [], f"{len(late)} delivered after the session timeout, first {late[:6]}"
     assert cut.assignment() == set()
+    assert revoked == [BOTH]  # treated as revoked once, when the session may have run out
 
     # The heartbeat works again: the member rejoins and gets its share.
     refused_heartbeats.execute("DELETE FROM refused_members")
