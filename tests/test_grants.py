@@ -27,7 +27,7 @@ def as_role(client: postroom.Client, role: str) -> postroom.Client:
 
 def test_producer_role_publishes_and_nothing_more(client: postroom.Client, role: str) -> None:
     client.create_topic("orders", partitions=2)
-    client.grant(role, "producer")
+    client.grant(role, "producer", topics=["orders"])
     with as_role(client, role) as producer:
         assert producer.publish("orders", "x", key="k").offset == 0
         assert len(producer.publish_batch("orders", ["a", "b"])) == 2
@@ -43,7 +43,7 @@ def test_producer_role_publishes_and_nothing_more(client: postroom.Client, role:
 def test_consumer_role_consumes_and_cannot_publish(client: postroom.Client, role: str) -> None:
     client.create_topic("orders")
     client.publish_batch("orders", ["a", "b", "c"])
-    client.grant(role, "consumer")
+    client.grant(role, "consumer", groups=["billing"])
     with as_role(client, role) as consumer_client:
         with consumer_client.consumer("billing", "orders") as consumer:
             assert [m.text() for m in consumer.poll(timeout=1)] == ["a", "b", "c"]

@@ -12,6 +12,7 @@ with psycopg.connect(url) as conn:   # your transaction: the row and its event c
 """
 
 from . import errors
+from ._grants import RoleGrant
 from .client import Client, connect
 from .client_async import AsyncClient, connect_async
 from .errors import Cancel, Snooze
@@ -74,6 +75,7 @@ __all__ = [
     "QueueCount",
     "Relay",
     "RelayStatus",
+    "RoleGrant",
     "Route",
     "Runner",
     "Serializer",

@@ -5,9 +5,12 @@ Every group member (consumers, runners, relays) and every queue worker runs one.
 the one that gets it deletes expired messages (``run_retention``, migration 0011: the defaults
 of ``apply_retention``, batches of 10,000 per partition, repeated until nothing is left to
 expire) and, if that deleted rows and its role owns ``messages``, VACUUMs ``messages`` so that
-the dead rows are reused whatever autovacuum does (it may be off, or slow). The others skip that
-round. ``POSTROOM_RETENTION_INTERVAL`` sets the interval in seconds (default 30); ``off`` (or
-``0``) turns the runner off in that process, and retention is then left to
+the dead rows are reused whatever autovacuum does (it may be off, or slow). It also VACUUMs the
+log's small hot tables (the counter rows ``partitions``, the ``cursors``, and the group state
+``groups``, ``members``, ``leases``, ``group_activity``) once one holds more than 1,000 dead rows
+and more than a fifth of its live ones: every publish and commit updates a row there. The
+others skip that round. ``POSTROOM_RETENTION_INTERVAL`` sets the interval in seconds (default
+30); ``off`` (or ``0``) turns the runner off in that process, and retention is then left to
 ``apply_retention()`` / ``postroom topic retention``. A role without EXECUTE on
 ``run_retention`` (granted to the producer, consumer and admin capabilities) logs it once and
 stops; a role that does not own ``messages`` runs retention and leaves VACUUM to autovacuum.
@@ -29,6 +32,17 @@ log = logging.getLogger("postroom.retention")
 
 DEFAULT_RETENTION_INTERVAL = 30.0
 ENV = "POSTROOM_RETENTION_INTERVAL"
+SMALL_VACUUM_MIN_DEAD = 1_000
+"""Dead rows past which a small hot table of the log is vacuumed (with more than a fifth of its
+live rows dead): a thousand dead rows are many pages for a few hundred live ones."""
+SMALL_TABLE_VACUUMS = {
+    "partitions": "vacuum_partitions",
+    "cursors": "vacuum_cursors",
+    "groups": "vacuum_groups",
+    "members": "vacuum_members",
+    "leases": "vacuum_leases",
+    "group_activity": "vacuum_group_activity",
+}
 MAX_CALLS_PER_ROUND = 100
 """run_retention calls per round at most (each up to 10,000 messages per partition), so that a
 round ends even while writers outrun it; the next round goes on."""
@@ -64,6 +78,8 @@ class AsyncRetentionRunner:
         self._may_vacuum: bool | None = None
         self.vacuums = 0
         """VACUUMs of messages this runner ran (for tests and logs)."""
+        self.vacuumed: list[str] = []
+        """The small hot tables this runner vacuumed, in order (for tests and logs)."""
 
     async def run(self) -> None:
         while not self._stopping.is_set():
@@ -103,6 +119,8 @@ class AsyncRetentionRunner:
                             await conn.execute(self._db.q("flush_statistics"))
                         await conn.execute(self._db.q("vacuum_messages"), prepare=False)
                         self.vacuums += 1
+                    if await self._owns_messages(conn):
+                        await self._vacuum_small_tables(conn)
                 finally:
                     await conn.execute(self._db.q("retention_unlock"), lock)
             finally:
@@ -123,11 +141,19 @@ class AsyncRetentionRunner:
                 break
         return removed
 
+    async def _vacuum_small_tables(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        cur = await conn.execute(self._db.q("log_dead_tuples"))
+        for table, dead, live in await cur.fetchall():
+            if dead > SMALL_VACUUM_MIN_DEAD and dead > live / 5:
+                await conn.execute(self._db.q(SMALL_TABLE_VACUUMS[table]), prepare=False)
+                self.vacuumed.append(table)
+                log.debug("vacuumed %s (%d dead rows, %d live)", table, dead, live)
+
     async def _owns_messages(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         if self._may_vacuum is None:
             cur = await conn.execute(self._db.q("may_vacuum_messages"))
             row = await cur.fetchone()
             self._may_vacuum = bool(row and row[0])
             if not self._may_vacuum:
-                log.info("this role does not own messages: its VACUUM is left to autovacuum")
+                log.info("this role does not own the log tables: VACUUM is left to autovacuum")
         return self._may_vacuum

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from psycopg import errors as pg_errors
 
 from . import _sql
 from ._db_async import AsyncDatabase
-from .errors import InvalidArgument, InvalidName, RoleNotFound
-from .log.records import check_name
+from ._grants import RoleGrant, check_role, check_scope
+from .errors import InvalidArgument, RoleNotFound
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
@@ -56,36 +57,83 @@ class AsyncSchema:
         return done
 
     async def grant(
-        self, role: str, capabilities: tuple[str, ...], groups: Iterable[str] | None = None
+        self,
+        role: str,
+        capabilities: tuple[str, ...],
+        groups: Iterable[str] | None = None,
+        topics: Iterable[str] | None = None,
     ) -> None:
-        if not isinstance(role, str) or not role or len(role) > 63 or "\x00" in role:
-            raise InvalidName(f"invalid role name {role!r}: 1-63 characters, no NUL")
+        check_role(role)
         unknown = set(capabilities) - set(GRANTS)
         if unknown or not capabilities:
             raise InvalidArgument(
                 f"invalid capabilities {sorted(unknown) or list(capabilities)}: "
                 f"use one or more of {sorted(GRANTS)}"
             )
-        shared: list[str] = []
-        if groups is not None:
-            if isinstance(groups, str):
-                raise InvalidArgument(f"invalid groups {groups!r}: a list of group names")
-            shared = [check_name("group", group) for group in groups]
-            if "consumer" not in capabilities:
-                raise InvalidArgument(
-                    f"groups={shared!r} goes with the 'consumer' capability: "
-                    "grant(role, 'consumer', groups=[...])"
-                )
-        try:
+        shared = check_scope("group", groups)
+        if groups is not None and "consumer" not in capabilities:
+            raise InvalidArgument(
+                f"groups={shared!r} goes with the 'consumer' capability: "
+                "grant(role, 'consumer', groups=[...])"
+            )
+        published = check_scope("topic", topics)
+        if topics is not None and "producer" not in capabilities:
+            raise InvalidArgument(
+                f"topics={published!r} goes with the 'producer' capability: "
+                "grant(role, 'producer', topics=[...])"
+            )
+        with _role_errors(role):
             async with self._db.connection() as conn:
                 for capability in capabilities:
                     for statement in GRANTS[capability]:
                         await conn.execute(self._db.q_for_role(statement, role))
                 if shared:
-                    await conn.execute(self._db.q("share_groups"), {"role": role, "groups": shared})
-        except pg_errors.UndefinedObject as exc:
-            # "role ... does not exist" is the only undefined object a grant names by input.
-            raise RoleNotFound(
-                f"role {role!r} does not exist: create it first (CREATE ROLE ... LOGIN), then "
-                "grant it capabilities"
-            ) from exc
+                    await conn.execute(self._db.q("grant_groups"), {"role": role, "groups": shared})
+                if published:
+                    await conn.execute(
+                        self._db.q("grant_topics"), {"role": role, "topics": published}
+                    )
+
+    async def revoke(
+        self, role: str, groups: Iterable[str] | None = None, topics: Iterable[str] | None = None
+    ) -> int:
+        check_role(role)
+        dropped = check_scope("group", groups)
+        withdrawn = check_scope("topic", topics)
+        if not dropped and not withdrawn:
+            raise InvalidArgument("revoke(role, groups=[...], topics=[...]): name what to revoke")
+        removed = 0
+        with _role_errors(role):
+            async with self._db.connection() as conn:
+                if dropped:
+                    cur = await conn.execute(
+                        self._db.q("revoke_groups"), {"role": role, "groups": dropped}
+                    )
+                    row = await cur.fetchone()
+                    removed += row[0] if row and row[0] else 0
+                if withdrawn:
+                    cur = await conn.execute(
+                        self._db.q("revoke_topics"), {"role": role, "topics": withdrawn}
+                    )
+                    row = await cur.fetchone()
+                    removed += row[0] if row and row[0] else 0
+        return removed
+
+    async def grants(self, role: str | None = None) -> list[RoleGrant]:
+        if role is not None:
+            check_role(role)
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._db.q("role_grants"), {"role": role})
+            return [RoleGrant(*row) for row in await cur.fetchall()]
+
+
+@contextmanager
+def _role_errors(role: str) -> Iterator[None]:
+    try:
+        yield
+    except pg_errors.UndefinedObject as exc:
+        # "role ... does not exist" is the only undefined object a grant names by input.
+        raise RoleNotFound(
+            f"role {role!r} does not exist: create it first (CREATE ROLE ... LOGIN), then "
+            "grant it capabilities"
+        ) from exc

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._db_async import AsyncDatabase, open_database
+from ._grants import RoleGrant
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
 from .log.admin_async import UNSET, AsyncLogAdmin
@@ -130,23 +131,52 @@ class AsyncClient(AsyncQueueFacade):
         return await self._schema.migrate()
 
     async def grant(
-        self, role: str, *capabilities: str, groups: Iterable[str] | None = None
+        self,
+        role: str,
+        *capabilities: str,
+        groups: Iterable[str] | None = None,
+        topics: Iterable[str] | None = None,
     ) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
-        more: ``"producer"`` (publish), ``"consumer"`` (consume, keep the cursors of its own
+        more: ``"producer"`` (publish), ``"consumer"`` (consume; keep the cursors of its
         groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
-        jobs), ``"admin"`` (everything in the schema). Run it as the schema owner after
-        ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does not
-        exist.
+        jobs), ``"admin"`` (everything in the schema). Run it as an admin (the schema owner)
+        after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does
+        not exist.
 
-        A consumer group belongs to the first non-admin role that uses it; ``groups`` shares
-        those groups with ``role`` too (with ``"consumer"``), or reserves them for it if no
-        role uses them yet. Other roles get :class:`~postroom.errors.PermissionDenied`.
+        Groups and topics are granted one by one (least privilege): a consumer role uses
+        only the consumer groups in ``groups`` (with ``"consumer"``), a producer role
+        publishes only to the topics in ``topics`` (with ``"producer"``); anything else gets
+        :class:`~postroom.errors.PermissionDenied`. ``"*"`` grants every topic, or every
+        group nobody holds yet (the role takes such a group on first use; its other roles
+        then need a grant). Grants add up; :meth:`revoke` takes them back.
 
-            client.grant("orders_service", "producer")
-            client.grant("billing_audit", "consumer", groups=["billing"])
+            client.grant("orders_service", "producer", topics=["orders"])
+            client.grant("billing", "consumer", groups=["billing"])
+            client.grant("billing_audit", "consumer", groups=["billing"])  # share it
         """
-        await self._schema.grant(role, capabilities, groups)
+        await self._schema.grant(role, capabilities, groups, topics)
+
+    async def revoke(
+        self,
+        role: str,
+        *,
+        groups: Iterable[str] | None = None,
+        topics: Iterable[str] | None = None,
+    ) -> int:
+        """Take back ``role``'s grants on consumer ``groups`` and ``topics`` (names or
+        ``"*"``, as granted); returns how many grants it removed. A group nobody holds any
+        more goes to the next role granted ``"*"`` that uses it. Admins only.
+
+            client.revoke("billing_audit", groups=["billing"])
+        """
+        return await self._schema.revoke(role, groups, topics)
+
+    async def grants(self, role: str | None = None) -> list[RoleGrant]:
+        """The scoped grants of ``role`` (every role's if None), sorted by role, resource
+        (``"group"``, ``"topic"``) and name: :class:`postroom.RoleGrant` tuples. Admins
+        only."""
+        return await self._schema.grants(role)
 
     # -- topics -----------------------------------------------------------------------------
 

@@ -19,14 +19,15 @@ from postroom.errors import InvalidArgument, PermissionDenied
 
 @pytest.fixture
 def roles(client: postroom.Client) -> Iterator[tuple[str, str]]:
-    """Two LOGIN roles granted "consumer" (cluster-wide, so uniquely named), dropped after."""
+    """Two LOGIN roles granted "consumer" with every group nobody holds yet ('*': they take
+    groups on first use; cluster-wide, so uniquely named), dropped after."""
     names = (f"postroom_grp_a_{os.getpid()}", f"postroom_grp_b_{os.getpid()}")
     with psycopg.connect(client.conninfo, autocommit=True) as conn:
         for name in names:
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
     for name in names:
-        client.grant(name, "consumer")
+        client.grant(name, "consumer", groups=["*"])
     yield names
     with psycopg.connect(client.conninfo, autocommit=True) as conn:
         for name in names:

@@ -55,7 +55,7 @@ def test_producer_role_cannot_rewrite_counters_or_plant_messages(
     client.create_topic("orders", partitions=2)
     client.publish_batch("orders", [{"value": "a", "partition": 0}, {"value": "b", "partition": 0}])
     client.create_topic("other")
-    client.grant(login_role, "producer")
+    client.grant(login_role, "producer", topics=["*"])
     with psycopg.connect(client.conninfo) as conn:  # as retention does: offset 0 is gone
         conn.execute('DELETE FROM postroom.messages WHERE "offset" = 0')
     before = counters(client)
@@ -146,7 +146,7 @@ def test_consumer_role_cannot_move_cursors_or_write(
     client.create_topic("orders")
     client.publish_batch("orders", ["a", "b", "c"])
     client.reset_group("other-group", "orders", to=2)
-    client.grant(login_role, "consumer")
+    client.grant(login_role, "consumer", groups=["billing", "audit"])
     with psycopg.connect(role_url(client, login_role), autocommit=True) as conn:
         row = conn.execute("SELECT id FROM postroom.topics WHERE name = 'orders'").fetchone()
         assert row is not None
@@ -167,8 +167,10 @@ def test_consumer_role_cannot_move_cursors_or_write(
         ):
             with refused(DENIED, conn):
                 conn.execute(statement, {"tid": tid})
-        # Through the function a cursor only moves forward: another group's cannot go back.
-        conn.execute("SELECT postroom.commit_cursors('other-group', %s, '{0}', '{0}')", [[tid]])
+        # Through the function a cursor only moves forward, and only a granted group's.
+        conn.execute("SELECT postroom.commit_cursors('billing', %s, '{0}', '{0}')", [[tid]])
+        with refused(DENIED, conn):
+            conn.execute("SELECT postroom.commit_cursors('other-group', %s, '{0}', '{0}')", [[tid]])
     assert client.describe_group("other-group").partitions[0].committed == 2
     # What a consumer is for still works, as that role: poll/commit and transactions.
     with postroom.connect(role_url(client, login_role)) as consumer_client:

@@ -215,3 +215,47 @@ def test_dependents_run_once_after_all_parents_with_two_workers_racing(
     assert len({pid for _, _, pid in runs}) == 2, "both workers took part"
     assert client.get_job(held.id).state == "held"
     assert 5001 not in count and 5002 not in count
+
+
+def sequence_rows(dsn: str) -> list[tuple[str, int]]:
+    return [(k, i) for k, i in query(dsn, "SELECT key, last_job_id FROM postroom.job_sequences")]
+
+
+def test_a_sequence_row_goes_when_its_last_job_finishes(client: postroom.Client, dsn: str) -> None:
+    """job_sequences no longer keeps a row per key ever used (issue 21 item 16): the row goes
+    when the sequence's last job is done; a cancelled last job keeps it, so the next job of
+    the sequence is held as before; a key used again starts afresh."""
+
+    @client.job("ship")
+    def ship(n: int) -> int:
+        return n
+
+    jobs = [ship.enqueue(n=n, sequence="order-7") for n in range(3)]
+    kept = ship.enqueue(n=9, sequence="order-8")
+    assert sorted(sequence_rows(dsn)) == [("order-7", jobs[-1].id), ("order-8", kept.id)]
+    client.cancel_job(kept.id)
+    assert client.get_job(kept.id).state == "cancelled"
+    with running(client.worker(["default"], poll_interval=0.05)):
+        assert [job.result(timeout=30) for job in jobs] == [0, 1, 2]
+    assert sequence_rows(dsn) == [("order-8", kept.id)]
+    assert states(client, ship.enqueue(n=10, sequence="order-8")) == ["held"]
+    again = ship.enqueue(n=3, sequence="order-7")
+    assert states(client, again) == ["ready"]
+    assert ("order-7", again.id) in sequence_rows(dsn)
+
+
+def test_enqueue_batch_after_a_job_was_inserted_by_hand_with_a_high_id(
+    client: postroom.Client, dsn: str
+) -> None:
+    """A job row inserted by hand (a superuser's INSERT with an id of its choosing) ahead of
+    the id sequence no longer makes later enqueues fail on a raw duplicate key."""
+    first = client.enqueue("k")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO postroom.jobs (id, kind, queue) VALUES (%s, 'k', 'default')",
+            [first.id + 2],
+        )
+    batch = client.enqueue_batch([{"kind": "k"} for _ in range(5)])
+    assert len({job.id for job in batch}) == 5
+    assert first.id + 2 not in {job.id for job in batch}
+    assert client.enqueue("k").id > first.id + 2

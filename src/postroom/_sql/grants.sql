@@ -105,11 +105,25 @@ GRANT EXECUTE ON FUNCTION
     {schema}.job_outcome(bigint)
 TO {role};
 
--- name: share_groups
--- Lets role %(role)s use consumer groups %(groups)s (commit, claim, seek, join) alongside the
--- roles that hold them already; a group nobody holds yet is then held by it. Row locks on the
--- new group_roles rows.
-INSERT INTO {schema}.group_roles (group_name, role_oid)
-SELECT g, r.oid FROM unnest(%(groups)s::text[]) AS g, pg_roles r
-WHERE r.rolname = %(role)s
-ON CONFLICT DO NOTHING;
+-- name: grant_groups
+-- Lets role %(role)s use consumer groups %(groups)s ('*': take any group nobody holds yet)
+-- alongside the roles that hold them already (grant_groups checks the caller is an admin; row
+-- locks on the new group_roles rows).
+SELECT {schema}.grant_groups(%(role)s, %(groups)s::text[]);
+
+-- name: revoke_groups
+-- Takes back role %(role)s's grants on groups %(groups)s; returns how many (row locks on them).
+SELECT {schema}.revoke_groups(%(role)s, %(groups)s::text[]);
+
+-- name: grant_topics
+-- Lets role %(role)s publish to topics %(topics)s ('*': every topic); admins only (row locks on
+-- the new topic_roles rows).
+SELECT {schema}.grant_topics(%(role)s, %(topics)s::text[]);
+
+-- name: revoke_topics
+-- Takes back role %(role)s's grants on topics %(topics)s; returns how many (row locks on them).
+SELECT {schema}.revoke_topics(%(role)s, %(topics)s::text[]);
+
+-- name: role_grants
+-- The scoped grants of role %(role)s (every role's when NULL); admins only (no locks).
+SELECT role_name, resource, name, owner, granted_at FROM {schema}.role_grants(%(role)s);

@@ -316,3 +316,37 @@ SELECT pg_stat_force_next_flush();
 -- Vacuums messages after retention deleted rows, whatever autovacuum does (SHARE UPDATE
 -- EXCLUSIVE: writers and readers go on meanwhile).
 VACUUM {schema}.messages;
+
+-- name: log_dead_tuples
+-- Dead and live row estimates of the log's small hot tables (counters, cursors, group state)
+-- from the statistics views (no locks): each update of a counter or cursor leaves a dead row.
+SELECT c.relname, coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0)
+FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid IN ('{schema}.partitions'::regclass, '{schema}.cursors'::regclass,
+                '{schema}.groups'::regclass, '{schema}.members'::regclass,
+                '{schema}.leases'::regclass, '{schema}.group_activity'::regclass)
+ORDER BY c.relname;
+
+-- name: vacuum_partitions
+-- Vacuums the counter rows (SHARE UPDATE EXCLUSIVE: writers go on meanwhile).
+VACUUM {schema}.partitions;
+
+-- name: vacuum_cursors
+-- Vacuums the group cursors (SHARE UPDATE EXCLUSIVE: commits go on meanwhile).
+VACUUM {schema}.cursors;
+
+-- name: vacuum_groups
+-- Vacuums the group rows (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.groups;
+
+-- name: vacuum_members
+-- Vacuums the member sessions, updated by every heartbeat (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.members;
+
+-- name: vacuum_leases
+-- Vacuums the partition leases (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.leases;
+
+-- name: vacuum_group_activity
+-- Vacuums the groups' activity marks (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.group_activity;

@@ -264,10 +264,16 @@ LISTEN postroom_jobs;
 SET synchronous_commit = off;
 
 -- name: queue_dead_tuples
--- Dead and live row estimates of the queue tables from the statistics views (no locks).
+-- Dead and live row estimates of the queue tables, the hot one, the finished ones and the small
+-- ones updated by claims and ticks (limits, schedules, sequences), from the statistics views (no
+-- locks).
 SELECT c.relname, coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0)
 FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
-WHERE c.oid IN ('{schema}.jobs'::regclass, '{schema}.finished_jobs'::regclass);
+WHERE c.oid IN ('{schema}.jobs'::regclass, '{schema}.finished_jobs'::regclass,
+                '{schema}.job_limits'::regclass, '{schema}.job_schedules'::regclass,
+                '{schema}.job_sequences'::regclass, '{schema}.job_dependencies'::regclass,
+                '{schema}.queue_pauses'::regclass)
+ORDER BY c.relname;
 
 -- name: try_vacuum_lock
 -- Session advisory lock (try, no wait) electing the one worker that vacuums this schema now.
@@ -284,6 +290,26 @@ VACUUM (ANALYZE) {schema}.jobs;
 -- name: vacuum_finished_jobs
 -- Vacuums the finished jobs after purges (SHARE UPDATE EXCLUSIVE).
 VACUUM {schema}.finished_jobs;
+
+-- name: vacuum_job_limits
+-- Vacuums the limits' token buckets, updated by every limited claim (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.job_limits;
+
+-- name: vacuum_job_schedules
+-- Vacuums the cron schedules, updated at every tick (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.job_schedules;
+
+-- name: vacuum_job_sequences
+-- Vacuums the sequences' last jobs (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.job_sequences;
+
+-- name: vacuum_job_dependencies
+-- Vacuums the dependency edges, deleted as parents finish (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.job_dependencies;
+
+-- name: vacuum_queue_pauses
+-- Vacuums the queue pauses (SHARE UPDATE EXCLUSIVE).
+VACUUM {schema}.queue_pauses;
 
 -- name: may_vacuum_jobs
 -- Whether this role owns the queue tables (VACUUM by anyone else is skipped with a warning).

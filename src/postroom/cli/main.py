@@ -21,6 +21,7 @@ from . import (
     demo,
     dlq,
     embedded,
+    grants,
     groups,
     init,
     jobs,
@@ -55,7 +56,7 @@ def database_error(exc: psycopg.Error) -> str:
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return (
             f"{first}: this role may not do that; connect (--url) as a role granted it "
-            "(client.grant(role, ...), see README's Security section)"
+            "(postroom grant ROLE ..., see docs/roles.md)"
         )
     code = f" [SQLSTATE {exc.sqlstate}]" if exc.sqlstate else ""
     return f"database error: {first}{code}"
@@ -111,6 +112,9 @@ def _root(
 
 # -- command groups: one line each ---------------------------------------------------------
 app.command("init")(init.init)
+app.command("grant")(grants.grant)
+app.command("revoke")(grants.revoke)
+app.command("grants")(grants.grants)
 app.add_typer(topics.app, name="topic")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)

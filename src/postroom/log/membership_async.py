@@ -362,9 +362,15 @@ class AsyncMembership:
 
     async def _rebalance(self) -> None:
         conn = await self._connection()
-        with translate_errors(self._db.schema):
-            async with conn.transaction():
-                row, members, keys = await self._rebalance_in(conn)
+        try:
+            with translate_errors(self._db.schema):
+                async with conn.transaction():
+                    row, members, keys = await self._rebalance_in(conn)
+        except psycopg.errors.LockNotAvailable:
+            # group_lock does not wait (NOWAIT): another member is rebalancing now, or a
+            # session sits on the lock. The next heartbeat asks again; acquiring goes on.
+            log.debug("group %s: rebalance skipped, the group is locked", self.group)
+            return
         self.generation_changes += 1
         log.info(
             "group %s rebalanced by %s: generation %s, %d member(s), %d partition(s)",

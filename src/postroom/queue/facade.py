@@ -104,20 +104,33 @@ class QueueFacade:
         args: Mapping[str, Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        time_zone: str | None = None,
     ) -> Callable[[Any], JobFunction]:
-        """Enqueue a job at every tick of ``cron`` (UTC; 5 fields, or 6 with leading seconds),
-        once per tick however many workers run. Put it above ``@client.job`` or use it alone.
+        """Enqueue a job at every tick of ``cron`` (5 fields, or 6 with leading seconds), once
+        per tick however many workers run. Put it above ``@client.job`` or use it alone. The
+        fields are read in UTC, or in ``time_zone`` (an IANA name; a leading
+        ``CRON_TZ=Europe/Paris`` in ``cron`` does the same), daylight-saving changes included.
 
             @client.periodic("*/5 * * * *")
             @client.job("refresh_rates")
             def refresh_rates() -> None: ...
+
+            @client.periodic("0 9 * * 1-5", time_zone="America/New_York")  # 9 am in New York
+            @client.job("morning_report")
+            def morning_report() -> None: ...
         """
-        parse_cron(cron)  # fail at import time, not in the worker
+        parse_cron(cron, time_zone)  # fail at import time, not in the worker
 
         def decorate(target: Any) -> JobFunction:
             registered = target if isinstance(target, JobFunction) else self.job()(target)
             self._queue.add_schedule(
-                cron, registered, name=name, args=args, queue=queue, priority=priority
+                cron,
+                registered,
+                name=name,
+                args=args,
+                queue=queue,
+                priority=priority,
+                time_zone=time_zone,
             )
             return registered
 

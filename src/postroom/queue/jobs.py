@@ -100,8 +100,9 @@ class Jobs(JobAdmin):
         args: Mapping[str, Any] | None,
         queue: str | None,
         priority: int | None,
+        time_zone: str | None = None,
     ) -> None:
-        parsed = parse_cron(cron)
+        parsed = parse_cron(cron, time_zone)
         definition = target.definition
         schedule_name = check_kind(name or definition.kind)
         if schedule_name in self.schedules:

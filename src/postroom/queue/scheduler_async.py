@@ -39,7 +39,7 @@ class AsyncScheduler:
                     self._db.q("upsert_schedule"),
                     {
                         "name": schedule.name,
-                        "cron": schedule.cron.expression,
+                        "cron": schedule.cron.spec,  # with its CRON_TZ= zone, if any
                         "kind": schedule.kind,
                         "queue": schedule.queue,
                         "args": schedule.args_json,

@@ -4,8 +4,10 @@
 
 A queue table churns faster than autovacuum's defaults expect, and autovacuum may be off, or
 busy elsewhere, or waking once a minute per database. One worker at a time (an advisory lock
-elects it) vacuums a table once its dead rows exceed 10,000 and a fifth of its live rows;
-VACUUM takes a lock that lets claims and writes go on.
+elects it) vacuums a table once its dead rows exceed a fifth of its live rows and 10,000 (jobs,
+finished_jobs) or 1,000 (the small tables claims and ticks update: job_limits, job_schedules,
+job_sequences, job_dependencies, queue_pauses, where a thousand dead rows are many pages for a
+few live ones); VACUUM takes a lock that lets claims and writes go on.
 """
 
 from __future__ import annotations
@@ -21,6 +23,23 @@ from .._db import Database
 log = logging.getLogger("postroom.worker")
 
 VACUUM_MIN_DEAD = 10_000
+SMALL_VACUUM_MIN_DEAD = 1_000
+VACUUMS = {
+    "jobs": "vacuum_jobs",
+    "finished_jobs": "vacuum_finished_jobs",
+    "job_limits": "vacuum_job_limits",
+    "job_schedules": "vacuum_job_schedules",
+    "job_sequences": "vacuum_job_sequences",
+    "job_dependencies": "vacuum_job_dependencies",
+    "queue_pauses": "vacuum_queue_pauses",
+}
+"""The named VACUUM of each queue table."""
+
+
+def needs_vacuum(table: str, dead: int, live: int) -> bool:
+    """Whether ``table``'s dead rows call for a VACUUM (sans-IO, for the vacuum units)."""
+    least = VACUUM_MIN_DEAD if table in ("jobs", "finished_jobs") else SMALL_VACUUM_MIN_DEAD
+    return dead > least and dead > live / 5
 
 
 class Vacuum:
@@ -52,24 +71,22 @@ class Vacuum:
             except psycopg.Error as exc:
                 log.warning("vacuuming the queue tables failed: %s", exc)
 
-    def vacuum_if_needed(self) -> None:
+    def vacuum_if_needed(self) -> list[str]:
+        """Vacuums the queue tables whose dead rows call for it; returns their names (none if
+        another worker holds the vacuum lock)."""
         with self._db.connection() as conn:
             cur = conn.execute(self._db.q("queue_dead_tuples"))
-            wanted = [
-                name
-                for name, dead, live in cur.fetchall()
-                if dead > VACUUM_MIN_DEAD and dead > live / 5
-            ]
+            wanted = [name for name, dead, live in cur.fetchall() if needs_vacuum(name, dead, live)]
             if not wanted:
-                return
+                return []
             lock = {"schema": self._db.schema}
             cur = conn.execute(self._db.q("try_vacuum_lock"), lock)
             row = cur.fetchone()
             if not (row and row[0]):
-                return  # another worker is vacuuming
+                return []  # another worker is vacuuming
             try:
                 for name in wanted:
-                    query = "vacuum_jobs" if name == "jobs" else "vacuum_finished_jobs"
-                    conn.execute(self._db.q(query), prepare=False)
+                    conn.execute(self._db.q(VACUUMS[name]), prepare=False)
             finally:
                 conn.execute(self._db.q("vacuum_unlock"), lock)
+        return wanted

@@ -1,0 +1,99 @@
+"""The small hot tables are vacuumed when their dead rows pile up (issue 21 item 16), whatever
+autovacuum does (it is off on the test server): the log's counter rows and cursors by the
+retention runner, the queue's limits, schedules and sequences by the workers' vacuum. Each test
+makes the dead rows on purpose and reads them back from pg_stat_user_tables."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+import postroom
+from postroom._acompat import Event
+from postroom._db import Database
+from postroom._retention import RetentionRunner
+from postroom.queue.vacuum import SMALL_VACUUM_MIN_DEAD, Vacuum, needs_vacuum
+
+from .signals import wait_for
+
+MANY = 1_500  # dead rows made on purpose: past the threshold of 1,000
+
+
+def stats(dsn: str, table: str) -> tuple[int, int]:
+    """(n_dead_tup, vacuum_count) of postroom.<table>, this session's pending counts sent."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables"
+            " WHERE schemaname = 'postroom' AND relname = %s",
+            [table],
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def churn(dsn: str, statement: str) -> None:
+    """Runs ``statement`` MANY times in one session (one transaction: MANY row versions), then
+    sends the session's statistics at once."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"DO $$ BEGIN FOR i IN 1 .. {MANY} LOOP {statement}; END LOOP; END $$".encode()
+        )
+        conn.execute("SELECT pg_stat_force_next_flush()")
+
+
+def test_the_retention_runner_vacuums_counters_and_cursors_past_the_threshold(
+    client: postroom.Client, dsn: str
+) -> None:
+    client.create_topic("t")
+    client.publish("t", "first")
+    client.reset_group("g", "t", to="earliest")
+    # Cursors first: a commit reads the counter row, and a read may prune its dead versions
+    # (PostgreSQL 15 then lowers n_dead_tup), which would leave fewer to see here.
+    churn(dsn, "PERFORM postroom.commit('g', 't', 0, 1)")
+    churn(dsn, "PERFORM postroom.publish('t', i::text)")
+
+    def dead(table: str) -> bool:
+        return stats(dsn, table)[0] > SMALL_VACUUM_MIN_DEAD
+
+    for table in ("partitions", "cursors"):
+        wait_for(partial(dead, table), 10, f"{table} stats")
+    before = {t: stats(dsn, t)[1] for t in ("partitions", "cursors")}
+    runner = RetentionRunner(client._db, interval=60, stopping=Event())
+    assert runner.run_once() == 0  # nothing to expire: the small tables are vacuumed anyway
+    assert sorted(runner.vacuumed) == ["cursors", "partitions"]
+
+    def vacuumed(table: str) -> bool:
+        return stats(dsn, table)[1] > before[table]
+
+    for table in ("partitions", "cursors"):
+        wait_for(partial(vacuumed, table), 10, f"{table}'s VACUUM")
+        assert stats(dsn, table)[0] < SMALL_VACUUM_MIN_DEAD
+    runner.run_once()
+    assert sorted(runner.vacuumed) == ["cursors", "partitions"]  # not again: nothing dead
+
+
+def test_the_workers_vacuum_the_queues_small_tables_past_the_threshold(
+    client: postroom.Client, dsn: str
+) -> None:
+    churn(dsn, "PERFORM postroom.set_job_limit('kind', 'k', i, NULL, NULL)")
+    wait_for(lambda: stats(dsn, "job_limits")[0] > SMALL_VACUUM_MIN_DEAD, 10, "job_limits stats")
+    before = stats(dsn, "job_limits")[1]
+    # As a worker runs it: on the worker's pool of autocommit connections.
+    with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+        vacuum = Vacuum(Database(pool, dsn, "postroom"), interval=60, stopping=Event())
+        assert vacuum.vacuum_if_needed() == ["job_limits"]
+        wait_for(lambda: stats(dsn, "job_limits")[1] > before, 10, "job_limits's VACUUM")
+        assert stats(dsn, "job_limits")[0] < SMALL_VACUUM_MIN_DEAD
+        assert vacuum.vacuum_if_needed() == []
+
+
+def test_which_tables_need_a_vacuum() -> None:
+    assert not needs_vacuum("job_limits", 1_000, 10)
+    assert needs_vacuum("job_limits", 1_001, 10)
+    assert not needs_vacuum("job_limits", 1_001, 10_000)  # a fifth of the live rows, at least
+    assert not needs_vacuum("jobs", 9_999, 0)
+    assert needs_vacuum("jobs", 10_001, 0)
