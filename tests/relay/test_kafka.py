@@ -218,3 +218,20 @@ def test_an_illegal_topic_name_is_dead_lettered_and_its_partition_goes_on(
     assert letter.headers["postroom-dlq-attempts"] == "1"
     assert "not a legal Kafka topic name" in str(letter.headers["postroom-dlq-error"])
     assert "outbox.event.Gift Card" in str(letter.headers["postroom-dlq-error"])
+
+
+def test_a_null_payload_arrives_as_a_kafka_null_under_the_debezium_profile(
+    client: postroom.Client, broker: str
+) -> None:
+    from postroom import Route
+
+    aggregate_type = unique("Gone")
+    create_topic(broker, f"outbox.event.{aggregate_type}", 1)
+    client.create_topic("outbox")
+    client.publish_event(None, aggregate_type, 9, "Deleted", None)
+    client.publish_event(None, aggregate_type, 9, "Created", {"price": 1.50, "zoë": 1})
+    route = Route("debezium", payload="jsonb")
+    with running_relay(client, "outbox", f"kafka://{broker}", route=route):
+        tombstone, created = read_all(broker, f"outbox.event.{aggregate_type}", 2)
+    assert tombstone.value() is None and tombstone.key() == b"9"
+    assert created.value() == '{"zoë": 1, "price": 1.5}'.encode()

@@ -99,7 +99,7 @@ class NatsSink(Sink):
             try:
                 await self._js.publish(
                     subject,
-                    out.value,
+                    out.value or b"",
                     timeout=self.timeout,
                     headers=nats_headers(out),
                 )

@@ -84,7 +84,7 @@ class RabbitSink(Sink):
             if out.key is not None:
                 headers[KEY_HEADER] = out.key.decode("utf-8", "replace")
             message = aio_pika.Message(
-                out.value,
+                out.value or b"",
                 message_id=out.id,
                 headers=headers,
                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT,

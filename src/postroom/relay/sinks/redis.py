@@ -90,7 +90,7 @@ def _xadd(prefix: str, out: Outbound, maxlen: int | None) -> bytes:
             b"$1\r\n*\r\n$2\r\nid\r\n",
             _bulk(out.id.encode()),
             b"$5\r\nvalue\r\n",
-            _bulk(bytes(out.value)),
+            _bulk(b"" if out.value is None else bytes(out.value)),
             tail,
         )
     )
