@@ -235,3 +235,48 @@ def test_a_null_payload_arrives_as_a_kafka_null_under_the_debezium_profile(
         tombstone, created = read_all(broker, f"outbox.event.{aggregate_type}", 2)
     assert tombstone.value() is None and tombstone.key() == b"9"
     assert created.value() == '{"zoë": 1, "price": 1.5}'.encode()
+
+
+def test_a_message_too_large_is_dead_lettered_and_the_rest_is_sent_once(
+    client: postroom.Client, broker: str
+) -> None:
+    from postroom import Backoff
+
+    topic = unique("sizes")
+    create_topic(broker, topic, 1)
+    client.create_topic(topic)
+    client.publish(topic, {"n": 0})
+    client.publish(topic, {"n": 1, "pad": "x" * 5000})  # over message.max.bytes below
+    client.publish(topic, {"n": 2})
+    options: dict[str, Any] = {"config": {"message.max.bytes": 2000}}
+    fast = Backoff(base=0.01, max_delay=0.05)
+    with running_relay(
+        client, topic, f"kafka://{broker}", backoff=fast, max_attempts=2, **options
+    ) as relay:
+        wait_for(lambda: relay.counters.dead_lettered == 1 and relay.counters.delivered == 2)
+    counts = arrivals_per_id(read_all(broker, topic, 2))
+    assert counts == {f"{topic}/0/0": 1, f"{topic}/0/2": 1}
+    [letter] = client.list_dead_letters(topic)
+    assert letter.headers["postroom-dlq-attempts"] == "2"
+
+
+def test_a_failure_report_is_placed_by_the_id_in_its_headers() -> None:
+    from postroom.relay.routing import Outbound
+    from postroom.relay.sinks.kafka import KafkaSink
+
+    class Reported:
+        def __init__(self, headers: list[tuple[str, bytes]]) -> None:
+            self._headers = headers
+
+        def headers(self) -> list[tuple[str, bytes]]:
+            return self._headers
+
+    source: Any = None
+    batch = [
+        Outbound(f"t/0/{n}", "t", None, b"v", {"postroom-id": f"t/0/{n}"}, source) for n in range(3)
+    ]
+    sink = KafkaSink("kafka://127.0.0.1:9", "127.0.0.1:9")
+    sink._failures = [("too large", Reported([("a", b"x"), ("postroom-id", b"t/0/1")]))]
+    assert sink._reports(batch, 3) == [True, "too large", True]
+    sink._failures = [("lost", Reported([]))]
+    assert sink._reports(batch, 3) == [None, None, None]  # not placed: all retried
