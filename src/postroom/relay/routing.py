@@ -125,6 +125,7 @@ class Route:
     """Send an empty or blank payload as a Kafka null (``route.tombstone.on.empty.payload``);
     in the postroom profile also a ``null`` one (the debezium profile always sends a null
     payload as a Kafka null, as Debezium does for a NULL payload column)."""
+    _plain: bool = field(init=False, repr=False, compare=False, default=True)
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -140,17 +141,16 @@ class Route:
                 f"invalid event_type_header {self.event_type_header!r}: a header name"
             )
 
-    @property
-    def _plain(self) -> bool:
-        return (
-            self.payload == "as-written" and self.key_format == "string"
-        ) and not self.tombstone_on_empty
+        # Bytes as stored, no rendering: the common case, checked once (this runs per message).
+        plain = self.payload == "as-written" and self.key_format == "string"
+        object.__setattr__(self, "_plain", plain and not self.tombstone_on_empty)
 
     def __call__(self, message: Message) -> Outbound:
         if self.profile == "debezium":
             return self._debezium(message)
+        message_id = message.id
         headers = dict(message.headers)
-        headers[ID_HEADER] = message.id
+        headers[ID_HEADER] = message_id
         key = message.key
         value: bytes | None = message.value
         if not self._plain:
@@ -158,7 +158,7 @@ class Route:
             if key is not None and self.key_format != "string":
                 key = render_key(key.decode("utf-8", "replace"), self.key_format)
         return Outbound(
-            message.id,
+            message_id,
             # No template: the topic's own name (the common case, without formatting).
             message.topic if self.template is None else self._destination(self.template, message),
             key,
