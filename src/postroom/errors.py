@@ -201,3 +201,11 @@ class MessageRejected(SinkError):
     def __init__(self, message: str, index: int = 0) -> None:
         super().__init__(message)
         self.index = index
+
+
+class DestinationUnusable(MessageRejected):
+    """The message's destination can never take it: not a legal name at the sink (a Kafka
+    topic named ``"outbox.event.Gift Card"``, a NATS subject with a space), or refused for good
+    by the broker. Retrying cannot help: the relay dead-letters the message at once, with this
+    error as the reason, and the partition goes on. A destination missing *now* (a Kafka topic
+    not yet created) is :class:`SinkUnavailable` instead: retried."""

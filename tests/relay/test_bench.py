@@ -22,4 +22,15 @@ def test_tiny_relay_benchmark_reports_every_figure(dsn: str, broker: str) -> Non
     latency = result["latency"]
     assert latency["received"] == latency["sent"] == 25
     assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
-    assert set(result["targets"]) == {"redis_vs_raw", "kafka_vs_raw", "latency_p99"}
+    assert result["kafka_relay"]["steady_rate"] > 0
+    assert result["kafka_relay"]["raw_ratio"] > 0
+    kafka_latency = result["kafka_latency"]
+    for side in ("raw", "relay"):
+        assert kafka_latency[side]["received"] == kafka_latency[side]["sent"] == 25, side
+        assert 0 < kafka_latency[side]["p50_ms"] <= kafka_latency[side]["p99_ms"]
+    assert set(result["targets"]) == {
+        "redis_vs_raw",
+        "kafka_vs_raw",
+        "latency_p99",
+        "kafka_latency_p99_vs_raw",
+    }

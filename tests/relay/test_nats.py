@@ -110,3 +110,22 @@ def test_a_subject_without_stream_is_retried_not_lost(client: postroom.Client) -
         wait_for(lambda: r.counters.sink_failures >= 2)
         assert "no JetStream stream" in str(r.counters.last_error)
     assert client.describe_group("relay.nats").lag == 1
+
+
+def test_an_illegal_subject_is_dead_lettered_and_its_partition_goes_on(
+    client: postroom.Client, stream: tuple[str, str]
+) -> None:
+    from postroom.relay import Route
+
+    name, prefix = stream
+    client.create_topic("t")
+    client.publish("t", {"seq": 0, "key": 0}, key="ok")
+    client.publish("t", {"seq": 1, "key": 1}, key="gift card")  # a space: not a subject
+    client.publish("t", {"seq": 2, "key": 0}, key="ok")
+    sink = f"{SERVER}?prefix={prefix}"
+    with running_relay(client, "t", sink, route=Route(template="{key}"), backoff=FAST) as relay:
+        wait_for(lambda: relay.counters.delivered == 2 and relay.counters.dead_lettered == 1)
+    assert [e["seq"] for _, e, _ in _run(_read(name))] == [0, 2]
+    [letter] = client.list_dead_letters("t")
+    assert letter.headers["postroom-dlq-attempts"] == "1"
+    assert "not a legal NATS subject" in str(letter.headers["postroom-dlq-error"])

@@ -14,7 +14,16 @@ import pytest
 import postroom
 
 from ..signals import wait_for
-from .helpers import CLI, check_delivery, decode, group_lag, publish_keyed, start_relay, unique
+from .helpers import (
+    CLI,
+    check_delivery,
+    decode,
+    group_lag,
+    publish_keyed,
+    start_relay,
+    stop_relays,
+    unique,
+)
 
 redis = pytest.importorskip("redis")
 REDIS = "redis://127.0.0.1:6379/0"
@@ -92,6 +101,8 @@ def test_cli_bad_input_is_one_line(client: postroom.Client, dsn: str) -> None:
         (["orders", "--to", REDIS, "--profile", "kafka"], "invalid route profile"),
         (["orders", "--to", REDIS, "--template", "{colour}"], "unknown field {colour}"),
         (["status", "--group", "relay.none"], "unknown relay 'relay.none'"),
+        (["orders", "--to", REDIS, "--payload", "xml"], "invalid payload format 'xml'"),
+        (["orders", "--to", REDIS, "--key-format", "avro"], "invalid key format 'avro'"),
     ]:
         result = postroom_cli(dsn, "relay", *args)
         assert result.returncode == 1, (args, result.stderr)
@@ -159,3 +170,25 @@ def test_two_relays_in_one_group_split_the_partitions(
     delivered = [int(err.rsplit("stopped: ", 1)[1].split()[0]) for err in outputs]
     assert all(n > 0 for n in delivered), delivered
     assert sum(delivered) == len(committed) + duplicates
+
+
+def test_cli_debezium_flags_set_payload_key_and_event_type_header(
+    client: postroom.Client, dsn: str, prefix: str
+) -> None:
+    client.create_topic("outbox")
+    client.publish_event(None, "Order", 1, "OrderCreated", {"total": 1.50, "id": 1})
+    args = ("--profile", "debezium", "--payload", "jsonb-string", "--key-format", "json")
+    url = f"{REDIS}?prefix={prefix}"
+    proc = start_relay(dsn, "outbox", "--to", url, *args, "--event-type-header", "eventType")
+    try:
+        wait_for(lambda: stream_length(prefix + "outbox.event.Order") == 1, timeout=60)
+    finally:
+        stop_relays([proc])
+    r = redis.Redis.from_url(REDIS)
+    try:
+        [(_, fields)] = r.xrange(prefix + "outbox.event.Order")
+    finally:
+        r.close()
+    assert fields[b"key"] == b'"1"'
+    assert fields[b"value"] == b'"{\\"id\\": 1, \\"total\\": 1.5}"'
+    assert json.loads(fields[b"headers"])["eventType"] == "OrderCreated"

@@ -90,3 +90,19 @@ def test_password_is_not_shown(client: postroom.Client) -> None:
     client.create_topic("t")
     relay = client.relay("t", "amqp://guest:hunter2@127.0.0.1:5672/")
     assert "hunter2" not in repr(vars(relay))
+
+
+def test_a_routing_key_too_long_is_dead_lettered_and_its_partition_goes_on(
+    client: postroom.Client, queue_name: str
+) -> None:
+    client.create_topic("t")
+    client.publish("t", {"seq": 0, "key": 0}, key=queue_name)
+    client.publish("t", {"seq": 1, "key": 1}, key="q" * 300)  # AMQP allows 255 bytes
+    client.publish("t", {"seq": 2, "key": 0}, key=queue_name)
+    route = Route(template="{key}")
+    with running_relay(client, "t", URL, route=route, backoff=FAST) as relay:
+        wait_for(lambda: relay.counters.delivered == 2 and relay.counters.dead_lettered == 1)
+    assert [e["seq"] for _, e, _ in asyncio.run(_drain(queue_name))] == [0, 2]
+    [letter] = client.list_dead_letters("t")
+    assert letter.headers["postroom-dlq-attempts"] == "1"
+    assert "AMQP allows 255" in str(letter.headers["postroom-dlq-error"])

@@ -128,3 +128,24 @@ def test_an_unreachable_redis_at_start_is_retried(client: postroom.Client) -> No
         wait_for(lambda: relay.counters.last_error and "attempt 3" in relay.counters.last_error)
         assert "sink unreachable" in str(relay.counters.last_error)
     assert relay.counters.delivered == 0
+
+
+def test_a_key_that_is_not_a_stream_is_dead_lettered_at_once(
+    client: postroom.Client, stream_prefix: str
+) -> None:
+    from postroom.relay import Route
+
+    r = redis.Redis.from_url(URL)
+    r.set(stream_prefix + "taken", "a string, not a stream")
+    r.close()
+    client.create_topic("t")
+    client.publish("t", {"seq": 0, "key": 0}, key="free")
+    client.publish("t", {"seq": 1, "key": 1}, key="taken")
+    client.publish("t", {"seq": 2, "key": 0}, key="free")
+    sink = f"{URL}?prefix={stream_prefix}"
+    with running_relay(client, "t", sink, route=Route(template="{key}")) as relay:
+        wait_for(lambda: relay.counters.delivered == 2 and relay.counters.dead_lettered == 1)
+    assert [e["seq"] for _, e in read_stream(stream_prefix + "free")] == [0, 2]
+    [letter] = client.list_dead_letters("t")
+    assert letter.headers["postroom-dlq-attempts"] == "1"
+    assert "WRONGTYPE" in str(letter.headers["postroom-dlq-error"])

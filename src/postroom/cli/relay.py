@@ -58,6 +58,38 @@ def relay(
             show_default=False,
         ),
     ] = None,
+    event_type_header: Annotated[
+        str | None,
+        typer.Option(
+            "--event-type-header",
+            help="debezium profile: also send the event type in this header (Debezium's "
+            "table.fields.additional.placement=type:header:NAME).",
+            show_default=False,
+        ),
+    ] = None,
+    payload: Annotated[
+        str,
+        typer.Option(
+            "--payload",
+            help="Value bytes: as-written, jsonb (as PostgreSQL renders jsonb), jsonb-string "
+            "(that text as a JSON string) or compact (Debezium's expanded JSON); the Debezium "
+            "converter settings each equals: docs/outbox.md.",
+        ),
+    ] = "as-written",
+    key_format: Annotated[
+        str,
+        typer.Option(
+            "--key-format", help="Key bytes: string (StringConverter) or json (JsonConverter)."
+        ),
+    ] = "string",
+    tombstone_on_empty: Annotated[
+        bool,
+        typer.Option(
+            "--tombstone-on-empty",
+            help="Send an empty, blank (or, postroom profile, null) payload as a Kafka null "
+            "(route.tombstone.on.empty.payload).",
+        ),
+    ] = False,
     batch_size: Annotated[
         int | None,
         typer.Option(
@@ -98,7 +130,14 @@ def relay(
     if group is not None and len(group) > 1:
         raise InvalidArgument(f"one --group for a relay, got {group}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    route = postroom.Route(profile, template)  # type: ignore[arg-type] # checked by Route
+    route = postroom.Route(
+        profile,  # type: ignore[arg-type] # checked by Route, as the formats below
+        template,
+        event_type_header,
+        payload,  # type: ignore[arg-type]
+        key_format,  # type: ignore[arg-type]
+        tombstone_on_empty,
+    )
     with open_client(ctx) as client:
         runner = client.relay(
             topics,

@@ -5,9 +5,10 @@ This package sits between the adapters (cli, web) and the log engine: it uses th
 client API and the log's records only.
 """
 
+from .delivery import RelayCounters
 from .inbox import Inbox
 from .inbox_async import AsyncInbox
-from .loop import AsyncRelay, Relay, RelayCounters
+from .loop import AsyncRelay, Relay
 from .records import RelayStatus
 from .routing import Outbound, Route
 from .sinks import Sink, open_sink

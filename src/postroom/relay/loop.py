@@ -20,7 +20,6 @@ import logging
 import signal
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
@@ -31,13 +30,12 @@ from ..errors import (
     InvalidArgument,
     MessageRejected,
     SinkUnavailable,
-    TopicExists,
     TopicNotFound,
 )
-from ..log.deadletters_async import HEADER_PREFIX as DLQ_PREFIX
 from ..log.records import Message, TopicPartition, check_member_id, check_name
 from ..log.subscription import DLQ_SUFFIX
 from ..queue.backoff import Backoff
+from .delivery import Delivery, RelayCounters, RoutedBatch
 from .routing import Outbound, Route
 from .sinks import Sink, open_sink
 
@@ -48,7 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("postroom.relay")
 
 DEFAULT_BACKOFF = Backoff(base=0.2, factor=2.0, max_delay=30.0, jitter=0.2)
-MAX_ERROR_CHARS = 2000
 # Long enough not to interrupt a poll's own clean-up (psycopg cancelling a query in the server
 # closes the connection if interrupted again), short against a stop (see _cancel).
 RECANCEL_SECONDS = 1.0
@@ -63,27 +60,6 @@ RELAY_OPTIONS = (
     "member_id",
     "session_timeout",
 )
-
-
-@dataclass
-class _Batch:
-    """A polled batch, routed: each message's :class:`Outbound`, or the routing error that
-    sends it to the dead-letter topic at once; and the next offset per partition."""
-
-    messages: list[Message]
-    routed: list[Outbound | MessageRejected]
-    offsets: dict[TopicPartition, int]
-
-
-@dataclass
-class RelayCounters:
-    """What one relay process did since it started."""
-
-    delivered: int = 0
-    dead_lettered: int = 0
-    batches: int = 0
-    sink_failures: int = 0
-    last_error: str | None = None
 
 
 class AsyncRelay:
@@ -165,6 +141,16 @@ class AsyncRelay:
         self._inflight: asyncio.Task[bool] | None = None
         self._db_failures = 0
         self._stopping = asyncio.Event()
+        self._delivery = Delivery(
+            client,
+            self.sink,
+            group=self.group,
+            counters=self.counters,
+            stopping=self._stopping,
+            backoff=backoff,
+            max_attempts=max_attempts,
+            dead_letter_topic=dead_letter_topic,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- life cycle ---------------------------------------------------------------------
@@ -238,14 +224,10 @@ class AsyncRelay:
 
     async def _sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or less if ``stop()`` is called meanwhile."""
-        try:
-            await asyncio.wait_for(self._stopping.wait(), seconds)
-        except TimeoutError:
-            pass
+        await self._delivery.sleep(seconds)
 
     def _note(self, error: str) -> None:
-        self.counters.last_error = error
-        log.warning("relay %s -> %s: %s", self.group, self.sink.description, error)
+        self._delivery.note(error)
 
     # -- the pipeline -------------------------------------------------------------------
 
@@ -302,7 +284,7 @@ class AsyncRelay:
             )
             await asyncio.wait({task})  # its outcome is the loop's to read (_settle)
 
-    async def _rewind(self, consumer: Any, batch: _Batch) -> None:
+    async def _rewind(self, consumer: Any, batch: RoutedBatch) -> None:
         """Drop ``batch`` (polled, never sent): each partition still held reads again from
         the batch's first offset in it; a lost one is the new owner's."""
         first: dict[TopicPartition, int] = {}
@@ -323,7 +305,7 @@ class AsyncRelay:
         await self._carry(consumer, self._prepare(messages))
         return len(messages)
 
-    def _prepare(self, messages: list[Message]) -> _Batch:
+    def _prepare(self, messages: list[Message]) -> RoutedBatch:
         """Route ``messages`` (a message the route cannot map keeps its place, as its error)
         and note the next offset per partition."""
         routed: list[Outbound | MessageRejected] = []
@@ -336,12 +318,12 @@ class AsyncRelay:
                 routed.append(exc)
             ends[message.topic, message.partition] = message.offset + 1
         offsets = {TopicPartition(t, p): end for (t, p), end in ends.items()}
-        return _Batch(messages, routed, offsets)
+        return RoutedBatch(messages, routed, offsets)
 
-    async def _carry(self, consumer: Any, batch: _Batch) -> bool:
+    async def _carry(self, consumer: Any, batch: RoutedBatch) -> bool:
         """Deliver ``batch`` and commit it once acknowledged; True if the commit was refused
         as Fenced (the batch was delivered: the new owner sends it again, duplicates only)."""
-        if not await self._deliver(batch):
+        if not await self._delivery.deliver(batch):
             return False  # stopping: not acknowledged, so not committed
         try:
             await consumer.commit(batch.offsets)
@@ -370,78 +352,6 @@ class AsyncRelay:
             return []
         messages: list[Message] = poll.result()
         return messages
-
-    async def _deliver(self, batch: _Batch) -> bool:
-        """Send the batch in order until all is acknowledged or dead-lettered; False if the
-        relay was stopped first."""
-        pending: list[Outbound] = []
-        for message, routed in zip(batch.messages, batch.routed, strict=True):
-            if isinstance(routed, MessageRejected):
-                # Routing is deterministic: retrying cannot help. Send what came before first,
-                # so the dead letter keeps its place in the partition's order.
-                if pending and not await self._send_all(pending):
-                    return False
-                pending = []
-                await self._dead_letter(message, str(routed), attempts=1)
-            else:
-                pending.append(routed)
-        return await self._send_all(pending)
-
-    async def _send_all(self, pending: list[Outbound]) -> bool:
-        unavailable = 0
-        rejected = 0
-        while pending:
-            if self.stopping:
-                return False
-            try:
-                await self.sink.send(pending)
-            except SinkUnavailable as exc:
-                unavailable += 1
-                self.counters.sink_failures += 1
-                self._note(f"sink unavailable (attempt {unavailable}), retrying batch: {exc}")
-                await self._sleep(self.backoff.delay(unavailable))
-                continue
-            except MessageRejected as exc:
-                index = min(max(exc.index, 0), len(pending) - 1)
-                self.counters.delivered += index
-                pending = pending[index:]
-                rejected += 1
-                if rejected < self.max_attempts:
-                    self._note(f"{pending[0].id} rejected (attempt {rejected}): {exc}")
-                    await self._sleep(self.backoff.delay(rejected))
-                    continue
-                await self._dead_letter(pending[0].source, str(exc), attempts=rejected)
-                pending = pending[1:]
-                rejected = 0
-                continue
-            self.counters.delivered += len(pending)
-            return True
-        return True
-
-    async def _dead_letter(self, message: Message, error: str, attempts: int) -> None:
-        topic = self.dead_letter_topic.format(topic=message.topic)
-        headers = dict(message.headers)
-        headers.update(
-            {
-                DLQ_PREFIX + "topic": message.topic,
-                DLQ_PREFIX + "partition": str(message.partition),
-                DLQ_PREFIX + "offset": str(message.offset),
-                DLQ_PREFIX + "id": message.id,
-                DLQ_PREFIX + "attempts": str(attempts),
-                DLQ_PREFIX + "error": error[:MAX_ERROR_CHARS],
-                DLQ_PREFIX + "sink": self.sink.description,
-            }
-        )
-        log.error("relay %s: %s dead-lettered to %s: %s", self.group, message.id, topic, error)
-        try:
-            await self._client.publish(topic, message.value, key=message.key, headers=headers)
-        except TopicNotFound:
-            try:
-                await self._client.create_topic(topic)
-            except TopicExists:
-                pass  # another relay created it meanwhile
-            await self._client.publish(topic, message.value, key=message.key, headers=headers)
-        self.counters.dead_lettered += 1
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:

@@ -24,6 +24,16 @@ from typing import Literal
 
 from ..errors import InvalidArgument, MessageRejected
 from ..log.records import HeaderValue, Message, Record, Value, make_record
+from .payloads import (
+    KEY_FORMATS,
+    PAYLOAD_FORMATS,
+    KeyFormat,
+    PayloadFormat,
+    check_format,
+    is_empty_payload,
+    render_key,
+    render_payload,
+)
 
 ID_HEADER = "postroom-id"
 """The header carrying ``topic/partition/offset`` in the ``postroom`` profile."""
@@ -44,15 +54,20 @@ Profile = Literal["postroom", "debezium"]
 PROFILES: tuple[Profile, ...] = ("postroom", "debezium")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outbound:
     """One message as the sink sends it. ``id`` is stable across redeliveries: receivers drop
-    a message whose id they have seen (``client.inbox(conn).seen(id)``)."""
+    a message whose id they have seen (``client.inbox(conn).seen(id)``).
+
+    Read-only by contract (a sink must not change it: the relay sends the same objects again
+    on a retry), not frozen: one is built per message, and a frozen dataclass's ``__init__``
+    cost six times as much, a fifth of the relay's time to Kafka (py-spy)."""
 
     id: str
     destination: str
     key: bytes | None
-    value: bytes
+    value: bytes | None
+    """None: a Kafka null (a tombstone); the other sinks send it as empty bytes."""
     headers: dict[str, HeaderValue]
     source: Message = field(repr=False)
 
@@ -103,27 +118,65 @@ class Route:
     event_type_header: str | None = None
     """Debezium profile only: also send the event type in this header (Debezium's
     ``table.fields.additional.placement=type:header:<name>``); off by default, as there."""
+    payload: PayloadFormat = "as-written"
+    """The value bytes: ``as-written`` (as stored), ``jsonb`` (as PostgreSQL renders jsonb),
+    ``jsonb-string`` (that text as a JSON string) or ``compact`` (Debezium's expanded JSON);
+    see docs/outbox.md, "Debezium compatibility"."""
+    key_format: KeyFormat = "string"
+    """The key bytes: ``string`` (the text, Debezium's StringConverter) or ``json`` (a JSON
+    string, its JsonConverter with ``schemas.enable=false``)."""
+    tombstone_on_empty: bool = False
+    """Send an empty or blank payload as a Kafka null (``route.tombstone.on.empty.payload``);
+    in the postroom profile also a ``null`` one (the debezium profile always sends a null
+    payload as a Kafka null, as Debezium does for a NULL payload column)."""
+    _plain: bool = field(init=False, repr=False, compare=False, default=True)
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise InvalidArgument(f"invalid route profile {self.profile!r}: use one of {PROFILES}")
         if self.template is not None:
             check_template(self.template)
+        check_format("payload format", self.payload, PAYLOAD_FORMATS)
+        check_format("key format", self.key_format, KEY_FORMATS)
+        if self.event_type_header is not None and (
+            not isinstance(self.event_type_header, str) or not self.event_type_header
+        ):
+            raise InvalidArgument(
+                f"invalid event_type_header {self.event_type_header!r}: a header name"
+            )
+
+        # Bytes as stored, no rendering: the common case, checked once (this runs per message).
+        plain = self.payload == "as-written" and self.key_format == "string"
+        object.__setattr__(self, "_plain", plain and not self.tombstone_on_empty)
 
     def __call__(self, message: Message) -> Outbound:
         if self.profile == "debezium":
             return self._debezium(message)
+        message_id = message.id
         headers = dict(message.headers)
-        headers[ID_HEADER] = message.id
+        headers[ID_HEADER] = message_id
+        key = message.key
+        value: bytes | None = message.value
+        if not self._plain:
+            value = self._value(message.value, null_is_tombstone=self.tombstone_on_empty)
+            if key is not None and self.key_format != "string":
+                key = render_key(key.decode("utf-8", "replace"), self.key_format)
         return Outbound(
-            message.id,
+            message_id,
             # No template: the topic's own name (the common case, without formatting).
             message.topic if self.template is None else self._destination(self.template, message),
-            message.key,
-            message.value,
+            key,
+            value,
             headers,
             message,
         )
+
+    def _value(self, value: bytes, *, null_is_tombstone: bool) -> bytes | None:
+        if null_is_tombstone and value.strip() == b"null":
+            return None
+        if self.tombstone_on_empty and is_empty_payload(value):
+            return None
+        return render_payload(value, self.payload)
 
     def _destination(self, template: str, message: Message) -> str:
         fields: Mapping[str, str] = {
@@ -148,7 +201,9 @@ class Route:
                 "routes by it (write events with client.publish_event)"
             )
         aggregate_id = _text(message.headers.get(AGGREGATE_ID))
-        key = aggregate_id.encode() if aggregate_id is not None else message.key
+        if aggregate_id is None and message.key is not None:
+            aggregate_id = message.key.decode("utf-8", "replace")
+        key = None if aggregate_id is None else render_key(aggregate_id, self.key_format)
         headers: dict[str, HeaderValue] = {"id": event_id}
         if self.event_type_header:
             event_type = _text(message.headers.get(EVENT_TYPE))
@@ -158,7 +213,8 @@ class Route:
             event_id,
             self._destination(self.template or DEBEZIUM_TEMPLATE, message),
             key,
-            message.value,
+            # A None payload (SQL NULL in Debezium's outbox table) is a Kafka null there.
+            self._value(message.value, null_is_tombstone=True),
             headers,
             message,
         )

@@ -58,6 +58,9 @@ def envelope(out: Outbound) -> dict[str, Any]:
             for k, v in out.headers.items()
         },
     }
+    if out.value is None:  # a tombstone
+        body["payload"] = None
+        return body
     try:
         text = out.value.decode("utf-8")
     except UnicodeDecodeError:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
-from ...errors import MessageRejected, SinkUnavailable
+from ...errors import DestinationUnusable, MessageRejected, SinkUnavailable
 from ..routing import Outbound
 from . import Sink, no_more, number, require
 
@@ -30,6 +30,21 @@ def from_url(url: str, parts: SplitResult, options: dict[str, Any]) -> NatsSink:
     no_more("nats", options, OPTIONS)
     server = parts._replace(query="", fragment="").geturl()
     return NatsSink(server, prefix=prefix, timeout=timeout)
+
+
+def illegal_subject(subject: str) -> str | None:
+    """Why ``subject`` can never be published to, or None if it can: NATS subjects are
+    dot-separated tokens, none empty, without whitespace, and a publish names no wildcard
+    (``*``, ``>``). Sent as is, such a subject breaks the protocol line: the server closes the
+    connection, and the relay would retry it forever."""
+    if not subject or any(c in subject for c in " \t\r\n\f\v\0"):
+        return f"{subject!r} is not a legal NATS subject (empty, or whitespace in it)"
+    tokens = subject.split(".")
+    if "" in tokens or "*" in tokens or ">" in tokens:
+        return (
+            f"{subject!r} is not a legal NATS subject to publish to (an empty token or a wildcard)"
+        )
+    return None
 
 
 def nats_headers(out: Outbound) -> dict[str, str]:
@@ -77,10 +92,14 @@ class NatsSink(Sink):
         if self._nc is None or self._nc.is_closed:
             await self.open()
         for index, out in enumerate(batch):
+            subject = self.prefix + out.destination
+            reason = illegal_subject(subject)
+            if reason is not None:
+                raise DestinationUnusable(f"{out.id} not sent: {reason}", index)
             try:
                 await self._js.publish(
-                    self.prefix + out.destination,
-                    out.value,
+                    subject,
+                    out.value or b"",
                     timeout=self.timeout,
                     headers=nats_headers(out),
                 )
@@ -88,7 +107,7 @@ class NatsSink(Sink):
                 raise MessageRejected(f"nats: {exc}", index) from exc
             except (errors.NoRespondersError, js_errors.NoStreamResponseError) as exc:
                 raise SinkUnavailable(
-                    f"nats: no JetStream stream takes subject {self.prefix + out.destination!r}"
+                    f"nats: no JetStream stream takes subject {subject!r}"
                     " (create one with `nats stream add`)"
                 ) from exc
             except js_errors.APIError as exc:

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
-from ...errors import MessageRejected, SinkUnavailable
+from ...errors import DestinationUnusable, MessageRejected, SinkUnavailable
 from ..routing import Outbound
 from . import Sink, no_more, number, require
 
 OPTIONS = ("exchange", "timeout")
 KEY_HEADER = "postroom-key"
+MAX_ROUTING_KEY = 255  # AMQP 0-9-1 shortstr: bytes of UTF-8
 
 
 def from_url(url: str, parts: SplitResult, options: dict[str, Any]) -> RabbitSink:
@@ -69,6 +70,13 @@ class RabbitSink(Sink):
         if self._channel is None or self._channel.is_closed:
             await self.open()
         for index, out in enumerate(batch):
+            if len(out.destination.encode()) > MAX_ROUTING_KEY:
+                # Not encodable in a publish frame: retrying cannot help.
+                raise DestinationUnusable(
+                    f"{out.id} not sent: routing key {out.destination[:40]!r}... is "
+                    f"{len(out.destination.encode())} bytes, AMQP allows {MAX_ROUTING_KEY}",
+                    index,
+                )
             headers: dict[str, Any] = {
                 k: v if isinstance(v, str) else v.decode("utf-8", "replace")
                 for k, v in out.headers.items()
@@ -76,7 +84,7 @@ class RabbitSink(Sink):
             if out.key is not None:
                 headers[KEY_HEADER] = out.key.decode("utf-8", "replace")
             message = aio_pika.Message(
-                out.value,
+                out.value or b"",
                 message_id=out.id,
                 headers=headers,
                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT,

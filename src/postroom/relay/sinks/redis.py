@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
-from ...errors import MessageRejected, SinkUnavailable
+from ...errors import DestinationUnusable, MessageRejected, SinkUnavailable
 from ..routing import Outbound
 from . import Sink, no_more, number, require
 
@@ -90,7 +90,7 @@ def _xadd(prefix: str, out: Outbound, maxlen: int | None) -> bytes:
             b"$1\r\n*\r\n$2\r\nid\r\n",
             _bulk(out.id.encode()),
             b"$5\r\nvalue\r\n",
-            _bulk(bytes(out.value)),
+            _bulk(b"" if out.value is None else bytes(out.value)),
             tail,
         )
     )
@@ -156,6 +156,10 @@ class RedisSink(Sink):
         self.timeout = timeout
         self.replicas = replicas
         self._redis: Any = None
+        # Ids Redis took in a batch that then failed on another entry (a pipeline is not a
+        # transaction: the entries after a refused XADD are added): not added twice when the
+        # relay sends the rest again.
+        self._acked: set[str] = set()
 
     async def open(self) -> None:
         redis = require("redis.asyncio", "redis", "redis-py")
@@ -177,8 +181,13 @@ class RedisSink(Sink):
             await self.open()
         # One write of the whole batch, encoded here: redis-py's pipeline encodes argument by
         # argument in Python: a third of a relay's time under cProfile (postroom bench relay).
-        packed = [_xadd(self.prefix, out, self.maxlen) for out in batch]
-        count = len(batch)
+        taken = self._acked
+        positions = [i for i, out in enumerate(batch) if not taken or out.source.id not in taken]
+        if not positions:
+            self._acked.clear()
+            return
+        packed = [_xadd(self.prefix, batch[i], self.maxlen) for i in positions]
+        count = len(positions)
         if self.replicas:
             packed.append(_command("WAIT", str(self.replicas), str(int(self.timeout * 1000))))
             count += 1
@@ -197,19 +206,36 @@ class RedisSink(Sink):
             # connection lost, timeout, a reply out of step: retry the batch
             await self.close()
             raise SinkUnavailable(f"redis at {self.description}: {exc!r}") from exc
-        for index, reply in enumerate(replies[: len(batch)]):
-            if isinstance(reply, _Refused):
-                if reply.startswith(_TRANSIENT):
-                    raise SinkUnavailable(f"redis at {self.description}: {reply}")
-                raise MessageRejected(f"redis refused XADD: {reply}", index)
-            if isinstance(reply, Exception):
-                raise SinkUnavailable(f"redis at {self.description}: {reply}")
+        self._check(batch, positions, replies)
         if self.replicas:
             acked = replies[-1]
             if isinstance(acked, _Refused) or acked < self.replicas:
                 raise SinkUnavailable(
                     f"redis at {self.description}: {acked} of {self.replicas} replicas acked"
                 )
+        self._acked.clear()
+
+    def _check(self, batch: Sequence[Outbound], positions: list[int], replies: list[Any]) -> None:
+        """Raise for the first XADD reply that is an error (``positions``: the batch index of
+        each entry sent), after noting which entries Redis took."""
+        for position, reply in enumerate(replies[: len(positions)]):
+            index = positions[position]
+            if isinstance(reply, (_Refused, Exception)):
+                self._acked.update(
+                    batch[positions[p]].source.id
+                    for p, other in enumerate(replies[: len(positions)])
+                    if isinstance(other, bytes)
+                )
+            if isinstance(reply, _Refused):
+                if reply.startswith(_TRANSIENT):
+                    raise SinkUnavailable(f"redis at {self.description}: {reply}")
+                if reply.startswith("WRONGTYPE"):
+                    # The key holds something else than a stream: every XADD to it fails.
+                    stream = self.prefix + batch[index].destination
+                    raise DestinationUnusable(f"redis refused XADD to {stream!r}: {reply}", index)
+                raise MessageRejected(f"redis refused XADD: {reply}", index)
+            if isinstance(reply, Exception):
+                raise SinkUnavailable(f"redis at {self.description}: {reply}")
 
     async def _read_replies(self, conn: Any, count: int) -> list[Any]:
         """The ``count`` replies of a batch. They are read in blocks from the connection's

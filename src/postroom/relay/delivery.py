@@ -1,0 +1,167 @@
+"""Delivery: one routed batch to the sink, in offset order, until every message is acknowledged
+or dead-lettered. The relay loop (``loop.py``) polls, routes, pipelines and commits; this
+module owns what happens between "the batch is routed" and "the batch may be committed":
+retries of a sink that is down, retries of a message the sink refuses, dead letters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import (
+    DestinationUnusable,
+    MessageRejected,
+    SinkUnavailable,
+    TopicExists,
+    TopicNotFound,
+)
+from ..log.deadletters_async import HEADER_PREFIX as DLQ_PREFIX
+from ..log.records import Message, TopicPartition
+from ..queue.backoff import Backoff
+from .routing import Outbound
+from .sinks import Sink
+
+if TYPE_CHECKING:
+    from ..client_async import AsyncClient
+
+log = logging.getLogger("postroom.relay")
+
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass
+class RoutedBatch:
+    """A polled batch, routed: each message's :class:`Outbound`, or the routing error that
+    sends it to the dead-letter topic at once; and the next offset per partition."""
+
+    messages: list[Message]
+    routed: list[Outbound | MessageRejected]
+    offsets: dict[TopicPartition, int]
+
+
+@dataclass
+class RelayCounters:
+    """What one relay process did since it started."""
+
+    delivered: int = 0
+    dead_lettered: int = 0
+    batches: int = 0
+    sink_failures: int = 0
+    last_error: str | None = None
+
+
+class Delivery:
+    """Sends routed batches to ``sink`` for the relay of ``group``: a sink that is down is
+    retried with ``backoff`` (the same messages, forever); a message it refuses is retried
+    ``max_attempts`` times in all, then dead-lettered; a message whose destination can never
+    take it (:class:`DestinationUnusable`) is dead-lettered at once. ``stopping`` cuts the
+    waits short and ends a delivery unacknowledged."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        sink: Sink,
+        *,
+        group: str,
+        counters: RelayCounters,
+        stopping: asyncio.Event,
+        backoff: Backoff,
+        max_attempts: int,
+        dead_letter_topic: str,
+    ) -> None:
+        self._client = client
+        self.sink = sink
+        self.group = group
+        self.counters = counters
+        self._stopping = stopping
+        self.backoff = backoff
+        self.max_attempts = max_attempts
+        self.dead_letter_topic = dead_letter_topic
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if the relay is stopped meanwhile."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    def note(self, error: str) -> None:
+        self.counters.last_error = error
+        log.warning("relay %s -> %s: %s", self.group, self.sink.description, error)
+
+    async def deliver(self, batch: RoutedBatch) -> bool:
+        """Send the batch in order until all is acknowledged or dead-lettered; False if the
+        relay was stopped first."""
+        pending: list[Outbound] = []
+        for message, routed in zip(batch.messages, batch.routed, strict=True):
+            if isinstance(routed, MessageRejected):
+                # Routing is deterministic: retrying cannot help. Send what came before first,
+                # so the dead letter keeps its place in the partition's order.
+                if pending and not await self._send_all(pending):
+                    return False
+                pending = []
+                await self.dead_letter(message, str(routed), attempts=1)
+            else:
+                pending.append(routed)
+        return await self._send_all(pending)
+
+    async def _send_all(self, pending: list[Outbound]) -> bool:
+        unavailable = 0
+        rejected = 0
+        while pending:
+            if self._stopping.is_set():
+                return False
+            try:
+                await self.sink.send(pending)
+            except SinkUnavailable as exc:
+                unavailable += 1
+                self.counters.sink_failures += 1
+                self.note(f"sink unavailable (attempt {unavailable}), retrying batch: {exc}")
+                await self.sleep(self.backoff.delay(unavailable))
+                continue
+            except MessageRejected as exc:
+                index = min(max(exc.index, 0), len(pending) - 1)
+                self.counters.delivered += index
+                pending = pending[index:]
+                rejected += 1
+                if rejected < self.max_attempts and not isinstance(exc, DestinationUnusable):
+                    self.note(f"{pending[0].id} rejected (attempt {rejected}): {exc}")
+                    await self.sleep(self.backoff.delay(rejected))
+                    continue
+                await self.dead_letter(pending[0].source, str(exc), attempts=rejected)
+                pending = pending[1:]
+                rejected = 0
+                continue
+            self.counters.delivered += len(pending)
+            return True
+        return True
+
+    async def dead_letter(self, message: Message, error: str, attempts: int) -> None:
+        """Publish ``message`` to the dead-letter topic (created if missing) with headers
+        naming its source, the attempts and ``error``."""
+        topic = self.dead_letter_topic.format(topic=message.topic)
+        headers = dict(message.headers)
+        headers.update(
+            {
+                DLQ_PREFIX + "topic": message.topic,
+                DLQ_PREFIX + "partition": str(message.partition),
+                DLQ_PREFIX + "offset": str(message.offset),
+                DLQ_PREFIX + "id": message.id,
+                DLQ_PREFIX + "attempts": str(attempts),
+                DLQ_PREFIX + "error": error[:MAX_ERROR_CHARS],
+                DLQ_PREFIX + "sink": self.sink.description,
+            }
+        )
+        log.error("relay %s: %s dead-lettered to %s: %s", self.group, message.id, topic, error)
+        try:
+            await self._client.publish(topic, message.value, key=message.key, headers=headers)
+        except TopicNotFound:
+            try:
+                await self._client.create_topic(topic)
+            except TopicExists:
+                pass  # another relay created it meanwhile
+            await self._client.publish(topic, message.value, key=message.key, headers=headers)
+        self.counters.dead_lettered += 1
