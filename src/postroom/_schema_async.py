@@ -10,6 +10,7 @@ from . import _sql
 from ._db_async import AsyncDatabase
 from .errors import InvalidArgument, InvalidName, RoleNotFound
 from .log.records import check_name
+from .queue.records import check_queue
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
@@ -19,6 +20,28 @@ GRANTS: dict[str, tuple[str, ...]] = {
     "worker": ("grant_worker",),
 }
 """The named grant statements (``_sql/grants.sql``) each capability needs."""
+
+EVERY_QUEUE = "*"
+"""The queue_roles entry of a role that may use every queue."""
+
+
+def _queue_scope(capabilities: tuple[str, ...], queues: Iterable[str] | None) -> list[str] | None:
+    """The queue_roles entries a grant records: every queue (``queues=None``) or the named ones
+    for an enqueuer or worker; None (nothing to record) for the other capabilities."""
+    queue_capability = bool({"enqueuer", "worker"} & set(capabilities))
+    if queues is None:
+        return [EVERY_QUEUE] if queue_capability else None
+    if isinstance(queues, str):
+        raise InvalidArgument(f"invalid queues {queues!r}: a list of queue names")
+    names = [check_queue(queue) for queue in queues]
+    if not queue_capability:
+        raise InvalidArgument(
+            f"queues={names!r} goes with the 'enqueuer' or 'worker' capability: "
+            "grant(role, 'worker', queues=[...])"
+        )
+    if not names:
+        raise InvalidArgument("queues=[] names no queue: name at least one, or pass None for all")
+    return names
 
 
 class AsyncSchema:
@@ -56,7 +79,11 @@ class AsyncSchema:
         return done
 
     async def grant(
-        self, role: str, capabilities: tuple[str, ...], groups: Iterable[str] | None = None
+        self,
+        role: str,
+        capabilities: tuple[str, ...],
+        groups: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> None:
         if not isinstance(role, str) or not role or len(role) > 63 or "\x00" in role:
             raise InvalidName(f"invalid role name {role!r}: 1-63 characters, no NUL")
@@ -76,6 +103,7 @@ class AsyncSchema:
                     f"groups={shared!r} goes with the 'consumer' capability: "
                     "grant(role, 'consumer', groups=[...])"
                 )
+        scoped = _queue_scope(capabilities, queues)
         try:
             async with self._db.connection() as conn:
                 for capability in capabilities:
@@ -83,6 +111,10 @@ class AsyncSchema:
                         await conn.execute(self._db.q_for_role(statement, role))
                 if shared:
                     await conn.execute(self._db.q("share_groups"), {"role": role, "groups": shared})
+                if scoped is not None:
+                    if scoped != [EVERY_QUEUE]:
+                        await conn.execute(self._db.q("scope_queues"), {"role": role})
+                    await conn.execute(self._db.q("grant_queues"), {"role": role, "queues": scoped})
         except pg_errors.UndefinedObject as exc:
             # "role ... does not exist" is the only undefined object a grant names by input.
             raise RoleNotFound(

@@ -131,7 +131,13 @@ class Client(QueueFacade):
         to call from many processes at once (they serialize on an advisory lock)."""
         return self._schema.migrate()
 
-    def grant(self, role: str, *capabilities: str, groups: Iterable[str] | None = None) -> None:
+    def grant(
+        self,
+        role: str,
+        *capabilities: str,
+        groups: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
+    ) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume, keep the cursors of its own
         groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
@@ -145,8 +151,13 @@ class Client(QueueFacade):
 
             client.grant("orders_service", "producer")
             client.grant("billing_audit", "consumer", groups=["billing"])
+            client.grant("mailer", "enqueuer", "worker", queues=["email"])
+
+        An enqueuer or worker uses every queue unless ``queues`` names some: then it is limited
+        to those (and any queue granted it by name before), everywhere a queue is involved:
+        enqueue, claim, job outcomes, purges, limits and schedules (docs/roles.md).
         """
-        self._schema.grant(role, capabilities, groups)
+        self._schema.grant(role, capabilities, groups, queues)
 
     # -- topics -----------------------------------------------------------------------------
 

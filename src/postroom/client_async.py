@@ -130,7 +130,11 @@ class AsyncClient(AsyncQueueFacade):
         return await self._schema.migrate()
 
     async def grant(
-        self, role: str, *capabilities: str, groups: Iterable[str] | None = None
+        self,
+        role: str,
+        *capabilities: str,
+        groups: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume, keep the cursors of its own
@@ -145,8 +149,13 @@ class AsyncClient(AsyncQueueFacade):
 
             client.grant("orders_service", "producer")
             client.grant("billing_audit", "consumer", groups=["billing"])
+            client.grant("mailer", "enqueuer", "worker", queues=["email"])
+
+        An enqueuer or worker uses every queue unless ``queues`` names some: then it is limited
+        to those (and any queue granted it by name before), everywhere a queue is involved:
+        enqueue, claim, job outcomes, purges, limits and schedules (docs/roles.md).
         """
-        await self._schema.grant(role, capabilities, groups)
+        await self._schema.grant(role, capabilities, groups, queues)
 
     # -- topics -----------------------------------------------------------------------------
 
