@@ -125,19 +125,26 @@ END;
 
 $$;
 
-CREATE FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text) RETURNS void
+CREATE FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text, limit_max_running integer, limit_rate double precision, limit_burst double precision, removing boolean) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF limit_scope = 'queue' THEN
         PERFORM {schema}._check_queue_access(ARRAY[limit_name]);
-    ELSIF {schema}._role_queues() IS NOT NULL THEN
+    ELSIF {schema}._role_queues() IS NOT NULL
+          AND (removing OR NOT EXISTS (
+                   SELECT FROM {schema}.job_limits l
+                   WHERE l.scope = limit_scope AND l.name = limit_name
+                     AND l.max_running IS NOT DISTINCT FROM limit_max_running
+                     AND l.rate IS NOT DISTINCT FROM limit_rate
+                     AND l.burst IS NOT DISTINCT FROM limit_burst)) THEN
         RAISE EXCEPTION 'permission denied for the limit of kind %: a kind limit applies in '
                         'every queue, and role % may use some queues only',
                         quote_literal(limit_name), quote_ident(session_user)
             USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'limit a queue of yours (scope ''queue''), or have an admin set it';
+                  HINT = 'limit a queue of yours instead, or have an admin set it '
+                         '(client.set_job_limit) or grant this role every queue';
     END IF;
 
 END;
@@ -1017,7 +1024,7 @@ CREATE FUNCTION {schema}.delete_job_limit(limit_scope text, limit_name text) RET
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    PERFORM {schema}._check_limit_access(limit_scope, limit_name);
+    PERFORM {schema}._check_limit_access(limit_scope, limit_name, NULL, NULL, NULL, true);
     DELETE FROM {schema}.job_limits WHERE scope = limit_scope AND name = limit_name;
 
 END;
@@ -2042,7 +2049,8 @@ CREATE FUNCTION {schema}.set_job_limit(limit_scope text, limit_name text, limit_
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    PERFORM {schema}._check_limit_access(limit_scope, limit_name);
+    PERFORM {schema}._check_limit_access(limit_scope, limit_name, limit_max_running,
+                                         limit_rate, limit_burst, false);
     INSERT INTO {schema}.job_limits AS l (scope, name, max_running, rate, burst, tokens,
                                           refilled_at)
     VALUES (limit_scope, limit_name, limit_max_running, limit_rate, limit_burst,
@@ -2490,7 +2498,7 @@ REVOKE ALL ON FUNCTION {schema}._check_group_access() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._check_job_access(job_ids bigint[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text, limit_max_running integer, limit_rate double precision, limit_burst double precision, removing boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._check_queue_access(queues text[]) FROM PUBLIC;
 

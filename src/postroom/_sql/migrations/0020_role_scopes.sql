@@ -764,18 +764,29 @@ $$;
 
 -- Raises insufficient_privilege unless the session's login role may set or remove a limit:
 -- on a queue it may use, or on a kind (which spans every queue) if it may use every queue.
-CREATE FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text)
+-- A role scoped to some queues may still set a kind limit to what it is already (a worker
+-- re-asserts its decorators' limits at start; an admin set them). Row lock: none.
+CREATE FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text,
+                                             limit_max_running integer, limit_rate float8,
+                                             limit_burst float8, removing boolean)
 RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF limit_scope = 'queue' THEN
         PERFORM {schema}._check_queue_access(ARRAY[limit_name]);
-    ELSIF {schema}._role_queues() IS NOT NULL THEN
+    ELSIF {schema}._role_queues() IS NOT NULL
+          AND (removing OR NOT EXISTS (
+                   SELECT FROM {schema}.job_limits l
+                   WHERE l.scope = limit_scope AND l.name = limit_name
+                     AND l.max_running IS NOT DISTINCT FROM limit_max_running
+                     AND l.rate IS NOT DISTINCT FROM limit_rate
+                     AND l.burst IS NOT DISTINCT FROM limit_burst)) THEN
         RAISE EXCEPTION 'permission denied for the limit of kind %: a kind limit applies in '
                         'every queue, and role % may use some queues only',
                         quote_literal(limit_name), quote_ident(session_user)
             USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'limit a queue of yours (scope ''queue''), or have an admin set it';
+                  HINT = 'limit a queue of yours instead, or have an admin set it '
+                         '(client.set_job_limit) or grant this role every queue';
     END IF;
 END;
 $$;
@@ -786,7 +797,8 @@ CREATE OR REPLACE FUNCTION {schema}.set_job_limit(limit_scope text, limit_name t
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM {schema}._check_limit_access(limit_scope, limit_name);
+    PERFORM {schema}._check_limit_access(limit_scope, limit_name, limit_max_running,
+                                         limit_rate, limit_burst, false);
     INSERT INTO {schema}.job_limits AS l (scope, name, max_running, rate, burst, tokens,
                                           refilled_at)
     VALUES (limit_scope, limit_name, limit_max_running, limit_rate, limit_burst,
@@ -801,7 +813,7 @@ CREATE OR REPLACE FUNCTION {schema}.delete_job_limit(limit_scope text, limit_nam
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM {schema}._check_limit_access(limit_scope, limit_name);
+    PERFORM {schema}._check_limit_access(limit_scope, limit_name, NULL, NULL, NULL, true);
     DELETE FROM {schema}.job_limits WHERE scope = limit_scope AND name = limit_name;
 END;
 $$;
@@ -882,7 +894,7 @@ REVOKE EXECUTE ON FUNCTION
     {schema}._role_queues(),
     {schema}._check_queue_access(text[]),
     {schema}._check_job_access(bigint[]),
-    {schema}._check_limit_access(text, text),
+    {schema}._check_limit_access(text, text, integer, float8, float8, boolean),
     {schema}.complete_jobs_archived(text, bigint[], uuid[], jsonb[]),
     {schema}.complete_jobs_deleted(text, bigint[], uuid[]),
     {schema}.fail_jobs(text, bigint[], uuid[], text[], float8[], boolean[]),
