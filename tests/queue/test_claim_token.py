@@ -127,3 +127,18 @@ def test_a_job_claimed_again_gets_a_new_token(
             [[job_id], [second]],
         ).fetchall()
         assert beat == [(job_id,)]
+
+
+def test_every_claim_gets_its_own_token(client: postroom.Client, workers: tuple[str, str]) -> None:
+    """One token per claim statement (its jobs share it), a fresh one for the next claim, by
+    the limited claim path too."""
+    alice_url, _ = workers
+    for n in range(6):
+        client.enqueue("ok", {"n": n})
+    with psycopg.connect(alice_url, autocommit=True) as alice:
+        claim_three = "SELECT claim_token FROM postroom.claim_jobs(ARRAY['default'], 3, 'a', '1 h')"
+        first = {row[0] for row in alice.execute(claim_three).fetchall()}
+        client.set_job_limit("ok", max_concurrency=100)  # the limited path (_claim_some)
+        second = {row[0] for row in alice.execute(claim_three).fetchall()}
+    assert len(first) == 1 and len(second) == 1 and first != second
+    assert None not in first | second

@@ -39,6 +39,12 @@ def queue_table() -> dict[str, dict[str, str]]:
     return table
 
 
+def ran(conn: Conn, statement: str, params: Any = None) -> bool:
+    """Runs a statement whose effect the caller checks; True once it ran."""
+    conn.execute(statement.encode(), params)
+    return True
+
+
 def one(conn: Conn, statement: str, params: Any = None) -> Any:
     row = conn.execute(statement.encode(), params).fetchone()
     return None if row is None else row[0]
@@ -157,10 +163,10 @@ PROBES: dict[str, Callable[[Conn, Seeds, str], bool]] = {
     "claim_jobs": lambda c, s, q: s.claim(c, q)[0] == s.ready[q],
     "complete_jobs_*": write_backs,
     "rescue_expired_jobs": lambda c, s, q: (
-        c.execute(b"SELECT postroom.rescue_expired_jobs(100)") and s.state(s.expired[q]) == "ready"
+        ran(c, "SELECT postroom.rescue_expired_jobs(100)") and s.state(s.expired[q]) == "ready"
     ),
     "purge_finished_jobs": lambda c, s, q: (
-        c.execute(b"SELECT postroom.purge_finished_jobs(now() + '1 hour', NULL, NULL, 100)")
+        ran(c, "SELECT postroom.purge_finished_jobs(now() + '1 hour', NULL, NULL, 100)")
         and s.state(s.finished[q]) is None
     ),
     "waiting_unregistered_kinds": lambda c, s, q: (
@@ -192,12 +198,12 @@ PROBES: dict[str, Callable[[Conn, Seeds, str], bool]] = {
         one(c, "SELECT postroom.next_schedule_at(ARRAY[%s])", [f"s_{q}"]) is not None
     ),
     "pause_queue": lambda c, s, q: (
-        c.execute(b"SELECT postroom.pause_queue(%s)", [q])
-        and c.execute(b"SELECT postroom.resume_queue(%s)", [q]) is not None
+        ran(c, "SELECT postroom.pause_queue(%s)", [q])
+        and ran(c, "SELECT postroom.resume_queue(%s)", [q])
     ),
     "cancel_job": lambda c, s, q: (
-        c.execute(b"SELECT postroom.retry_failed_jobs(NULL, NULL, %s)", [q])
-        and c.execute(b"SELECT postroom.cancel_job(%s)", [s.ready[q]]) is not None
+        ran(c, "SELECT postroom.retry_failed_jobs(NULL, NULL, %s)", [q])
+        and ran(c, "SELECT postroom.cancel_job(%s)", [s.ready[q]])
     ),
     "jobs": lambda c, s, q: all(
         c.execute(f"SELECT count(*) FROM postroom.{table} WHERE queue = %s".encode(), [q])

@@ -298,7 +298,8 @@ CREATE FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], wa
     AS $$
     UPDATE {schema}.jobs j
     SET state = 'running', attempts = j.attempts + 1, worker = _claim_some.worker,
-        lease_expires_at = now_ts + lease, started_at = now_ts, claim_token = gen_random_uuid()
+        lease_expires_at = now_ts + lease, started_at = now_ts,
+        claim_token = (SELECT gen_random_uuid())
     WHERE j.id = ANY(ARRAY(
         SELECT r.id FROM {schema}.jobs r
         WHERE r.state = 'ready' AND r.queue = q AND r.run_at <= now_ts
@@ -753,7 +754,7 @@ BEGIN
         UPDATE {schema}.jobs j
         SET state = 'running', attempts = j.attempts + 1, worker = claim_jobs.worker,
             lease_expires_at = now_ts + lease, started_at = now_ts,
-            claim_token = gen_random_uuid()
+            claim_token = (SELECT gen_random_uuid())  -- one per claim: an InitPlan
         -- id = ANY(ARRAY(...)) makes the update find the picked rows by primary key; a join
         -- would hash the whole table and cost O(backlog) per claim.
         WHERE j.id = ANY(ARRAY(
