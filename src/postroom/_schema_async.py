@@ -11,6 +11,7 @@ from . import _sql
 from ._db_async import AsyncDatabase
 from ._grants import RoleGrant, check_role, check_scope
 from .errors import InvalidArgument, RoleNotFound
+from .queue.records import check_queue
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
@@ -20,6 +21,28 @@ GRANTS: dict[str, tuple[str, ...]] = {
     "worker": ("grant_worker",),
 }
 """The named grant statements (``_sql/grants.sql``) each capability needs."""
+
+EVERY_QUEUE = "*"
+"""The queue_roles entry of a role that may use every queue."""
+
+
+def _queue_scope(capabilities: tuple[str, ...], queues: Iterable[str] | None) -> list[str] | None:
+    """The queue_roles entries a grant records: every queue (``queues=None``) or the named ones
+    for an enqueuer or worker; None (nothing to record) for the other capabilities."""
+    queue_capability = bool({"enqueuer", "worker"} & set(capabilities))
+    if queues is None:
+        return [EVERY_QUEUE] if queue_capability else None
+    if isinstance(queues, str):
+        raise InvalidArgument(f"invalid queues {queues!r}: a list of queue names")
+    names = [check_queue(queue) for queue in queues]
+    if not queue_capability:
+        raise InvalidArgument(
+            f"queues={names!r} goes with the 'enqueuer' or 'worker' capability: "
+            "grant(role, 'worker', queues=[...])"
+        )
+    if not names:
+        raise InvalidArgument("queues=[] names no queue: name at least one, or pass None for all")
+    return names
 
 
 class AsyncSchema:
@@ -62,6 +85,7 @@ class AsyncSchema:
         capabilities: tuple[str, ...],
         groups: Iterable[str] | None = None,
         topics: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> None:
         check_role(role)
         unknown = set(capabilities) - set(GRANTS)
@@ -82,6 +106,7 @@ class AsyncSchema:
                 f"topics={published!r} goes with the 'producer' capability: "
                 "grant(role, 'producer', topics=[...])"
             )
+        scoped = _queue_scope(capabilities, queues)
         with _role_errors(role):
             async with self._db.connection() as conn:
                 for capability in capabilities:
@@ -93,6 +118,10 @@ class AsyncSchema:
                     await conn.execute(
                         self._db.q("grant_topics"), {"role": role, "topics": published}
                     )
+                if scoped is not None:
+                    if scoped != [EVERY_QUEUE]:
+                        await conn.execute(self._db.q("scope_queues"), {"role": role})
+                    await conn.execute(self._db.q("grant_queues"), {"role": role, "queues": scoped})
 
     async def revoke(
         self, role: str, groups: Iterable[str] | None = None, topics: Iterable[str] | None = None

@@ -136,6 +136,7 @@ class AsyncClient(AsyncQueueFacade):
         *capabilities: str,
         groups: Iterable[str] | None = None,
         topics: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> None:
         """Grant an existing database role what one or more capabilities need, and nothing
         more: ``"producer"`` (publish), ``"consumer"`` (consume; keep the cursors of its
@@ -154,8 +155,13 @@ class AsyncClient(AsyncQueueFacade):
             client.grant("orders_service", "producer", topics=["orders"])
             client.grant("billing", "consumer", groups=["billing"])
             client.grant("billing_audit", "consumer", groups=["billing"])  # share it
+            client.grant("mailer", "enqueuer", "worker", queues=["email"])
+
+        An enqueuer or worker uses every queue unless ``queues`` names some: then it is limited
+        to those (and any queue granted it by name before), everywhere a queue is involved:
+        enqueue, claim, job outcomes, purges, limits and schedules (docs/roles.md).
         """
-        await self._schema.grant(role, capabilities, groups, topics)
+        await self._schema.grant(role, capabilities, groups, topics, queues)
 
     async def revoke(
         self,

@@ -4,6 +4,7 @@ as a role granted only "worker" runs jobs of every outcome, and every table-leve
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -171,12 +172,12 @@ def test_worker_role_runs_every_outcome_through_functions_only(
             " lease_expires_at = now() + interval '1 hour' WHERE id = %s RETURNING id",
             (other.id,),
         )
-        ids, stale = [other.id], [1]
+        ids, stale = [other.id], [uuid.uuid4()]
         conn.execute(
             b"SELECT postroom.fail_jobs('me', %s, %s, ARRAY['x'], ARRAY[0::float8], ARRAY[true])",
             (ids, stale),
         )
-        conn.execute(b"SELECT postroom.complete_jobs_deleted('other', %s, ARRAY[2])", (ids,))
+        conn.execute(b"SELECT postroom.complete_jobs_deleted('other', %s, %s)", (ids, stale))
         conn.execute(b"SELECT postroom.snooze_jobs('me', %s, %s, ARRAY[0::float8])", (ids, stale))
         beat = conn.execute(
             b"SELECT * FROM postroom.heartbeat_jobs('me', %s, %s, '100 years')", (ids, stale)

@@ -4,7 +4,9 @@ the parallel arrays, whatever their order, and never by a linear search per row 
 
 from __future__ import annotations
 
+import hashlib
 import random
+import uuid
 from typing import Any
 
 import psycopg
@@ -15,14 +17,20 @@ COUNT = 300
 
 
 def running_jobs(client: postroom.Client, conn: psycopg.Connection[Any]) -> list[int]:
-    """COUNT jobs held by worker 'w' at attempt 1, as a claim leaves them."""
+    """COUNT jobs held by worker 'w' at attempt 1, as a claim leaves them, with claim tokens
+    token(id)."""
     ids = [client.enqueue("noop", {"n": n}).id for n in range(COUNT)]
     conn.execute(
         "UPDATE postroom.jobs SET state = 'running', attempts = 1, worker = 'w',"
-        " lease_expires_at = now() + interval '1 hour' WHERE id = ANY(%s)",
+        " lease_expires_at = now() + interval '1 hour', claim_token = md5(id::text)::uuid"
+        " WHERE id = ANY(%s)",
         (ids,),
     )
     return ids
+
+
+def token(job_id: int) -> uuid.UUID:
+    return uuid.UUID(hashlib.md5(str(job_id).encode()).hexdigest())
 
 
 def test_each_failure_snooze_and_cancellation_lands_on_its_own_job(dsn: str) -> None:
@@ -30,13 +38,13 @@ def test_each_failure_snooze_and_cancellation_lands_on_its_own_job(dsn: str) -> 
     with postroom.connect(dsn) as client, psycopg.connect(dsn, autocommit=True) as conn:
         ids = running_jobs(client, conn)
         shuffle(ids)
-        stale = set(ids[:10])  # a stale attempt: that entry must be left alone
-        attempts = [2 if i in stale else 1 for i in ids]
+        stale = set(ids[:10])  # a stale claim: that entry must be left alone
+        tokens = [uuid.uuid4() if i in stale else token(i) for i in ids]
         conn.execute(
             "SELECT postroom.fail_jobs('w', %s, %s, %s, %s, %s)",
             (
                 ids,
-                attempts,
+                tokens,
                 [f"error {i}" for i in ids],
                 [float(i % 7) * 3600 for i in ids],
                 [i % 2 == 0 for i in ids],
@@ -59,7 +67,7 @@ def test_each_failure_snooze_and_cancellation_lands_on_its_own_job(dsn: str) -> 
         shuffle(ids)
         conn.execute(
             "SELECT postroom.snooze_jobs('w', %s, %s, %s)",
-            (ids, [1] * COUNT, [float(i % 3) * 3600 for i in ids]),
+            (ids, [token(i) for i in ids], [float(i % 3) * 3600 for i in ids]),
         )
         rows = conn.execute(
             "SELECT id, state, attempts, run_at - now() > interval '1 minute'"
@@ -74,7 +82,7 @@ def test_each_failure_snooze_and_cancellation_lands_on_its_own_job(dsn: str) -> 
         shuffle(ids)
         conn.execute(
             "SELECT postroom.finish_cancelled_jobs('w', %s, %s, %s)",
-            (ids, [1] * COUNT, [f"stop {i}" for i in ids]),
+            (ids, [token(i) for i in ids], [f"stop {i}" for i in ids]),
         )
         rows = conn.execute(
             "SELECT id, state, last_error FROM postroom.finished_jobs WHERE id = ANY(%s)", (ids,)

@@ -59,7 +59,8 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};
 -- name: grant_enqueuer
 -- Enqueue jobs (in the caller's transaction, workflows too) and wait for their results, only
 -- through postroom's SECURITY DEFINER functions: no table rights, so no reading other jobs'
--- args and no job in a state enqueue would not give it.
+-- args and no job in a state enqueue would not give it. Only in the queues of the role's
+-- queue_roles rows (grant_queues below; docs/roles.md).
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT EXECUTE ON FUNCTION
     {schema}.enqueue_batch(text[], text[], text[], smallint[], timestamptz[], float8[],
@@ -76,19 +77,20 @@ TO {role};
 
 -- name: grant_worker
 -- Run jobs only through postroom's SECURITY DEFINER functions: claim, heartbeat and write back
--- (fenced by worker name and attempt), rescue expired leases, purge finished jobs, keep limits
--- and cron schedules. No table rights: no reading the args of jobs it does not hold, no job in a
--- state of its choosing, no other worker's lease. Not VACUUM (owner only): left to autovacuum.
+-- (fenced by the claim's token), rescue expired leases, purge finished jobs, keep limits and
+-- cron schedules, in the queues of the role's queue_roles rows (grant_queues below). No table
+-- rights: no reading the args of jobs it does not hold, no job in a state of its choosing, no
+-- other worker's lease. Not VACUUM (owner only): left to autovacuum.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT EXECUTE ON FUNCTION
     {schema}.claim_jobs(text[], integer, text, interval),
-    {schema}.complete_jobs_archived(text, bigint[], integer[], jsonb[]),
-    {schema}.complete_jobs_deleted(text, bigint[], integer[]),
-    {schema}.fail_jobs(text, bigint[], integer[], text[], float8[], boolean[]),
-    {schema}.release_jobs(text, bigint[], integer[], boolean[], text),
-    {schema}.finish_cancelled_jobs(text, bigint[], integer[], text[]),
-    {schema}.snooze_jobs(text, bigint[], integer[], float8[]),
-    {schema}.heartbeat_jobs(text, bigint[], integer[], interval),
+    {schema}.complete_jobs_archived(text, bigint[], uuid[], jsonb[]),
+    {schema}.complete_jobs_deleted(text, bigint[], uuid[]),
+    {schema}.fail_jobs(text, bigint[], uuid[], text[], float8[], boolean[]),
+    {schema}.release_jobs(text, bigint[], uuid[], boolean[], text),
+    {schema}.finish_cancelled_jobs(text, bigint[], uuid[], text[]),
+    {schema}.snooze_jobs(text, bigint[], uuid[], float8[]),
+    {schema}.heartbeat_jobs(text, bigint[], uuid[], interval),
     {schema}.rescue_expired_jobs(integer),
     {schema}.purge_finished_jobs(timestamptz, text, text, integer),
     {schema}.waiting_unregistered_kinds(interval, text[]),
@@ -127,3 +129,17 @@ SELECT {schema}.revoke_topics(%(role)s, %(topics)s::text[]);
 -- name: role_grants
 -- The scoped grants of role %(role)s (every role's when NULL); admins only (no locks).
 SELECT role_name, resource, name, owner, granted_at FROM {schema}.role_grants(%(role)s);
+
+-- name: grant_queues
+-- Lets role %(role)s enqueue to and run jobs of queues %(queues)s ('*': every queue) as an
+-- enqueuer or worker. Row locks on the new queue_roles rows.
+INSERT INTO {schema}.queue_roles (queue, role_oid)
+SELECT q, r.oid FROM unnest(%(queues)s::text[]) AS q, pg_roles r
+WHERE r.rolname = %(role)s
+ON CONFLICT DO NOTHING;
+
+-- name: scope_queues
+-- Takes every queue ('*') from role %(role)s: it keeps the queues granted by name (row locks
+-- on the deleted queue_roles row).
+DELETE FROM {schema}.queue_roles g USING pg_roles r
+WHERE r.rolname = %(role)s AND g.role_oid = r.oid AND g.queue = '*';

@@ -1,6 +1,7 @@
 -- The job queue's runtime queries. Queue names, kinds and worker ids are data (validated by
 -- pattern in Python and by CHECK constraints), never SQL text. A worker fences every write-back
--- with (worker, attempts): a job rescued from it and claimed again no longer matches.
+-- with its claim token (claim_jobs gives each claimed job a fresh random one, migration 0020):
+-- a job rescued from it and claimed again no longer matches, and no other worker can forge it.
 
 -- name: enqueue_jobs
 -- Inserts a batch of jobs through the enqueue_batch SQL function (SECURITY DEFINER, so the
@@ -65,59 +66,60 @@ SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
 -- claim order: UPDATE ... RETURNING gives rows in the order it wrote them, and the worker
 -- starts a prefetched batch in the order it comes. The arguments come as JSON text: the
 -- worker decodes them once, in the slot that runs the job (Serializer.loads).
-SELECT id, queue, kind, args::text, attempts, max_attempts, created_at, run_at
+SELECT id, queue, kind, args::text, attempts, max_attempts, created_at, run_at,
+       claim_token::text
 FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval)
 ORDER BY priority, run_at, id;
 
--- Write-backs take parallel arrays (ids, attempts, ...) and find their rows by primary key
+-- Write-backs take parallel arrays (ids, claim tokens, ...) and find their rows by primary key
 -- alone (id = ANY), reading each row's own entries with array_position (the completions, the
 -- hot path: through a jsonb id -> position map built once per statement, migration 0010, as
 -- array_position is a linear search per row): no join, so no plan can rescan the running jobs
 -- for every id (a join on unnest() once got a nested loop over the running index, quadratic:
 -- it stalled a worker for minutes with 80,000 jobs running). The fence is
 -- `lease_expires_at IS NOT NULL` (the same as state = 'running', by the table's CHECK, but not
--- a condition the running index could serve), worker and attempt.
+-- a condition the running index could serve), worker and claim token.
 
 -- name: complete_jobs_archived
 -- Finishes successful jobs: deletes them from the hot table and inserts them into finished_jobs
--- with their results (row locks on the deleted rows). Fenced by worker and attempt.
-SELECT {schema}.complete_jobs_archived(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+-- with their results (row locks on the deleted rows). Fenced by worker and claim token.
+SELECT {schema}.complete_jobs_archived(%(worker)s, %(ids)s::bigint[], %(tokens)s::uuid[],
                                        %(results)s::jsonb[]);
 
 -- name: complete_jobs_deleted
 -- Finishes successful jobs without keeping them: deletes them (row locks on the deleted rows).
-SELECT {schema}.complete_jobs_deleted(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[]);
+SELECT {schema}.complete_jobs_deleted(%(worker)s, %(ids)s::bigint[], %(tokens)s::uuid[]);
 
 -- name: fail_jobs
 -- Records failed attempts (row locks): back to ready after the retry delay, or to failed (the
 -- dead-letter state) when attempts are used up or the failure is final. Fenced as above.
-SELECT {schema}.fail_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+SELECT {schema}.fail_jobs(%(worker)s, %(ids)s::bigint[], %(tokens)s::uuid[],
                           %(errors)s::text[], %(delays)s::float8[], %(finals)s::boolean[]);
 
 -- name: release_jobs
 -- Gives back claimed jobs unrun (row locks): ready again at once. Jobs that never started get
 -- their attempt back; interrupted ones keep it (a job that never fits the grace period still
 -- ends failed). Fenced as above.
-SELECT {schema}.release_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+SELECT {schema}.release_jobs(%(worker)s, %(ids)s::bigint[], %(tokens)s::uuid[],
                              %(started)s::boolean[], %(reason)s);
 
 -- name: finish_cancelled_jobs
 -- Moves running jobs whose cancellation took effect (or that cancelled themselves, with a
 -- reason) to finished_jobs as cancelled (row locks). Fenced as above.
-SELECT {schema}.finish_cancelled_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+SELECT {schema}.finish_cancelled_jobs(%(worker)s, %(ids)s::bigint[], %(tokens)s::uuid[],
                                       %(reasons)s::text[]);
 
 -- name: snooze_jobs
 -- Puts snoozed jobs back to ready after their delay with their attempt given back (row locks):
 -- a snooze does not spend an attempt. Fenced as above.
-SELECT {schema}.snooze_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+SELECT {schema}.snooze_jobs(%(worker)s, %(ids)s::bigint[], %(tokens)s::uuid[],
                             %(delays)s::float8[]);
 
 -- name: heartbeat_jobs
 -- Extends the leases of this worker's jobs (row locks; a HOT update: no index covers the
 -- lease). Returns the jobs still held, with their cancellation flag; a missing id was rescued.
 SELECT id, cancel_requested
-FROM {schema}.heartbeat_jobs(%(worker)s, %(ids)s::bigint[], %(attempts)s::integer[],
+FROM {schema}.heartbeat_jobs(%(worker)s, %(ids)s::bigint[], %(tokens)s::uuid[],
                              %(lease)s::interval);
 
 -- name: rescue_expired_jobs

@@ -128,6 +128,49 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}._check_job_access(job_ids bigint[]) RETURNS void
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    allowed text[] := {schema}._role_queues();
+
+BEGIN
+    IF allowed IS NOT NULL THEN
+        PERFORM {schema}._check_queue_access(ARRAY(
+            SELECT a.queue FROM {schema}.all_jobs a WHERE a.id = ANY(job_ids)));
+    END IF;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text, limit_max_running integer, limit_rate double precision, limit_burst double precision, removing boolean) RETURNS void
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF limit_scope = 'queue' THEN
+        PERFORM {schema}._check_queue_access(ARRAY[limit_name]);
+    ELSIF {schema}._role_queues() IS NOT NULL
+          AND (removing OR NOT EXISTS (
+                   SELECT FROM {schema}.job_limits l
+                   WHERE l.scope = limit_scope AND l.name = limit_name
+                     AND l.max_running IS NOT DISTINCT FROM limit_max_running
+                     AND l.rate IS NOT DISTINCT FROM limit_rate
+                     AND l.burst IS NOT DISTINCT FROM limit_burst)) THEN
+        RAISE EXCEPTION 'permission denied for the limit of kind %: a kind limit applies in '
+                        'every queue, and role % may use some queues only',
+                        quote_literal(limit_name), quote_ident(session_user)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'limit a queue of yours instead, or have an admin set it '
+                         '(client.set_job_limit) or grant this role every queue';
+    END IF;
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}._check_name(what text, value text, pattern text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -142,6 +185,66 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}._check_queue_access(queues text[]) RETURNS void
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    allowed text[] := {schema}._role_queues();
+    bad text;
+
+BEGIN
+    IF allowed IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT q INTO bad FROM unnest(queues) AS q WHERE NOT coalesce(q = ANY(allowed), false)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'permission denied for queue %: role % may use %', quote_literal(bad),
+            quote_ident(session_user),
+            CASE WHEN cardinality(allowed) = 0 THEN 'no queue'
+                 ELSE 'queues ' || array_to_string(allowed, ', ') END
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'an admin grants queues: client.grant(role, ''worker'', queues=[...])';
+    END IF;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}._check_reservation_filled() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+    filled bigint;
+
+BEGIN
+    SELECT p.reserved_by, p.reserved_from, p.next_offset INTO r
+    FROM {schema}.partitions p
+    WHERE p.topic_id = NEW.topic_id AND p.partition = NEW.partition;
+    IF NOT FOUND OR r.reserved_by IS DISTINCT FROM pg_current_xact_id() THEN
+        RETURN NULL;  -- the partition is gone (its topic dropped in this transaction)
+    END IF;
+    SELECT count(*) INTO filled FROM {schema}.messages m
+    WHERE m.topic_id = NEW.topic_id AND m.partition = NEW.partition
+      AND m."offset" >= r.reserved_from AND m."offset" < r.next_offset;
+    IF filled <> r.next_offset - r.reserved_from THEN
+        RAISE EXCEPTION 'offsets %..% of topic % partition % were reserved by this transaction '
+                        'and % of them written: write every reserved offset before committing',
+                        r.reserved_from, r.next_offset - 1,
+                        coalesce((SELECT quote_literal(t.name) FROM {schema}.topics t
+                                  WHERE t.id = NEW.topic_id), NEW.topic_id::text),
+                        NEW.partition, filled
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'partitions_reservation_filled';
+    END IF;
+    RETURN NULL;
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}._check_reserved_offsets() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -150,18 +253,29 @@ DECLARE
     bad record;
 
 BEGIN
-    SELECT n.topic_id, n.partition, n.lo, n.hi INTO bad
-    FROM (SELECT w.topic_id, w.partition, min(w."offset") AS lo, max(w."offset") AS hi
+    SELECT n.topic_id, n.partition, n.lo, n.hi, n.t_lo, n.t_hi,
+           p.reserved_by IS DISTINCT FROM pg_current_xact_id()
+           OR n.lo < p.reserved_from OR n.hi >= p.next_offset AS unreserved
+    INTO bad
+    FROM (SELECT w.topic_id, w.partition, min(w."offset") AS lo, max(w."offset") AS hi,
+                 min(w.created_at) AS t_lo, max(w.created_at) AS t_hi
           FROM written w GROUP BY w.topic_id, w.partition) AS n
     LEFT JOIN {schema}.partitions p ON p.topic_id = n.topic_id AND p.partition = n.partition
     WHERE p.reserved_by IS DISTINCT FROM pg_current_xact_id()
        OR n.lo < p.reserved_from OR n.hi >= p.next_offset
+       OR n.t_lo < now() OR n.t_hi > clock_timestamp()
     LIMIT 1;
-    IF FOUND THEN
+    IF FOUND AND bad.unreserved THEN
         RAISE EXCEPTION 'offsets %..% of topic id % partition % were not reserved by this '
                         'transaction: write messages with publish() or reserve_offsets()',
                         bad.lo, bad.hi, bad.topic_id, bad.partition
             USING ERRCODE = 'check_violation', CONSTRAINT = 'messages_offsets_reserved';
+    ELSIF FOUND THEN
+        RAISE EXCEPTION 'invalid created_at % of a message of topic id % partition %: it is '
+                        'set by the server (leave the column out, its default is now())',
+                        CASE WHEN bad.t_lo < now() THEN bad.t_lo ELSE bad.t_hi END,
+                        bad.topic_id, bad.partition
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'messages_created_at_server';
     END IF;
     RETURN NULL;
 
@@ -213,6 +327,7 @@ CREATE TABLE {schema}.jobs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     started_at timestamp with time zone,
     has_dependents boolean DEFAULT false NOT NULL,
+    claim_token uuid,
     CONSTRAINT jobs_args_check CHECK ((jsonb_typeof(args) = 'object'::text)),
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_check CHECK (((state = 'running'::text) = (lease_expires_at IS NOT NULL))),
@@ -229,7 +344,8 @@ CREATE FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], wa
     AS $$
     UPDATE {schema}.jobs j
     SET state = 'running', attempts = j.attempts + 1, worker = _claim_some.worker,
-        lease_expires_at = now_ts + lease, started_at = now_ts
+        lease_expires_at = now_ts + lease, started_at = now_ts,
+        claim_token = (SELECT gen_random_uuid())
     WHERE j.id = ANY(ARRAY(
         SELECT r.id FROM {schema}.jobs r
         WHERE r.state = 'ready' AND r.queue = q AND r.run_at <= now_ts
@@ -573,6 +689,25 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}._role_queues() RETURNS text[]
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE
+        WHEN has_table_privilege(session_user, '{schema}.jobs'::regclass, 'UPDATE') THEN NULL
+        ELSE (SELECT CASE WHEN bool_or(g.queue = '*') THEN NULL
+                          ELSE coalesce(array_agg(g.queue), '{{}}') END
+              FROM {schema}.queue_roles g JOIN pg_roles r ON r.oid = g.role_oid
+              WHERE pg_has_role(session_user, r.oid, 'MEMBER'))
+    END;
+
+$$;
+
+CREATE FUNCTION {schema}._run_at_valid(run_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    RETURN ((run_at >= '1900-01-01 00:00:00+00'::timestamp with time zone) AND (run_at <= (now() + '100 years'::interval)));
+
 CREATE FUNCTION {schema}._sequence_done() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -642,6 +777,8 @@ CREATE FUNCTION {schema}.advance_schedule(schedule_name text, tick timestamp wit
     WITH moved AS (
         UPDATE {schema}.job_schedules s SET next_run_at = following, last_run_at = tick
         WHERE s.name = schedule_name AND s.next_run_at = tick AND following > tick
+          AND {schema}._run_at_valid(following)
+          AND coalesce(s.queue = ANY((SELECT {schema}._role_queues())::text[]), true)
         RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM moved);
@@ -775,6 +912,7 @@ DECLARE
     i integer;
 
 BEGIN
+    PERFORM {schema}._check_queue_access(queues);
     IF EXISTS (SELECT 1 FROM {schema}.queue_pauses) THEN
         queues := ARRAY(SELECT qn FROM unnest(queues) AS qn
                         WHERE NOT EXISTS (SELECT 1 FROM {schema}.queue_pauses p
@@ -784,7 +922,8 @@ BEGIN
         RETURN QUERY
         UPDATE {schema}.jobs j
         SET state = 'running', attempts = j.attempts + 1, worker = claim_jobs.worker,
-            lease_expires_at = now_ts + lease, started_at = now_ts
+            lease_expires_at = now_ts + lease, started_at = now_ts,
+            claim_token = (SELECT gen_random_uuid())  -- one per claim: an InitPlan
         -- id = ANY(ARRAY(...)) makes the update find the picked rows by primary key; a join
         -- would hash the whole table and cost O(backlog) per claim.
         WHERE j.id = ANY(ARRAY(
@@ -943,7 +1082,7 @@ END;
 
 $$;
 
-CREATE FUNCTION {schema}.complete_jobs_archived(worker_name text, job_ids bigint[], job_attempts integer[], job_results jsonb[]) RETURNS void
+CREATE FUNCTION {schema}.complete_jobs_archived(worker_name text, job_ids bigint[], job_tokens uuid[], job_results jsonb[]) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -954,7 +1093,7 @@ CREATE FUNCTION {schema}.complete_jobs_archived(worker_name text, job_ids bigint
     finished AS (
         DELETE FROM {schema}.jobs j
         WHERE j.id = ANY(job_ids)
-          AND j.attempts = job_attempts[((SELECT map FROM positions) ->> j.id::text)::integer]
+          AND j.claim_token = job_tokens[((SELECT map FROM positions) ->> j.id::text)::integer]
           AND j.worker = worker_name AND j.lease_expires_at IS NOT NULL
         RETURNING j.*,
                   job_results[((SELECT map FROM positions) ->> j.id::text)::integer] AS result
@@ -968,7 +1107,7 @@ CREATE FUNCTION {schema}.complete_jobs_archived(worker_name text, job_ids bigint
 
 $$;
 
-CREATE FUNCTION {schema}.complete_jobs_deleted(worker_name text, job_ids bigint[], job_attempts integer[]) RETURNS void
+CREATE FUNCTION {schema}.complete_jobs_deleted(worker_name text, job_ids bigint[], job_tokens uuid[]) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -978,7 +1117,7 @@ CREATE FUNCTION {schema}.complete_jobs_deleted(worker_name text, job_ids bigint[
     )
     DELETE FROM {schema}.jobs j
     WHERE j.id = ANY(job_ids)
-      AND j.attempts = job_attempts[((SELECT map FROM positions) ->> j.id::text)::integer]
+      AND j.claim_token = job_tokens[((SELECT map FROM positions) ->> j.id::text)::integer]
       AND j.worker = worker_name AND j.lease_expires_at IS NOT NULL;
 
 $$;
@@ -1056,10 +1195,14 @@ END;
 $$;
 
 CREATE FUNCTION {schema}.delete_job_limit(limit_scope text, limit_name text) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+BEGIN
+    PERFORM {schema}._check_limit_access(limit_scope, limit_name, NULL, NULL, NULL, true);
     DELETE FROM {schema}.job_limits WHERE scope = limit_scope AND name = limit_name;
+
+END;
 
 $$;
 
@@ -1071,8 +1214,9 @@ CREATE FUNCTION {schema}.due_schedules(names text[]) RETURNS TABLE(name text, cr
            clock_timestamp()
     FROM {schema}.job_schedules s
     WHERE s.name = ANY(names) AND s.next_run_at <= clock_timestamp()
+      AND coalesce(s.queue = ANY((SELECT {schema}._role_queues())::text[]), true)
     ORDER BY s.name
-    FOR UPDATE SKIP LOCKED;
+    FOR UPDATE OF s SKIP LOCKED;
 
 $$;
 
@@ -1122,6 +1266,8 @@ DECLARE
     one_run_at timestamptz;
     one_delay float8;
     one_max_attempts integer;
+    bad_run_at timestamptz;
+    bad_delay float8;
 
 BEGIN
     IF n = 0 THEN
@@ -1139,6 +1285,19 @@ BEGIN
                         'NULL)', n
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    SELECT r INTO bad_run_at FROM unnest(run_ats) AS r
+    WHERE r IS NOT NULL AND NOT {schema}._run_at_valid(r) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid run_at %: a time from 1900-01-01 to 100 years from now',
+            bad_run_at USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT d INTO bad_delay FROM unnest(delays) AS d
+    WHERE d < 0 OR d > 3155760000 OR d = 'NaN' LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'invalid delay %: from 0 to 3155760000 seconds (100 years)', bad_delay
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM {schema}._check_queue_access(queues);
     -- Shared values are read once; unnest pads the shorter arrays with NULL, so each column
     -- takes the shared value where there is one, else the job's own.
     IF cardinality(queues) = 1 THEN one_queue := queues[1]; END IF;
@@ -1242,6 +1401,14 @@ BEGIN
     IF array_position(parents, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'invalid after %: job ids, no NULL', parents
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF run_at IS NOT NULL AND NOT {schema}._run_at_valid(run_at) THEN
+        RAISE EXCEPTION 'invalid run_at %: a time from 1900-01-01 to 100 years from now', run_at
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM {schema}._check_queue_access(ARRAY[queue]);
+    IF cardinality(parents) > 0 THEN
+        PERFORM {schema}._check_job_access(parents);
     END IF;
     due := coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0)));
     strict_count := cardinality(parents);
@@ -1392,7 +1559,7 @@ CREATE FUNCTION {schema}.expire_messages(p_group_expiry interval, p_batch intege
 
 $$;
 
-CREATE FUNCTION {schema}.fail_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_errors text[], job_delays double precision[], job_finals boolean[]) RETURNS void
+CREATE FUNCTION {schema}.fail_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_errors text[], job_delays double precision[], job_finals boolean[]) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1410,14 +1577,14 @@ CREATE FUNCTION {schema}.fail_jobs(worker_name text, job_ids bigint[], job_attem
         FROM {schema}.jobs j2,
              LATERAL (SELECT ((SELECT map FROM positions) ->> j2.id::text)::integer AS pos) p
         WHERE j2.id = ANY(job_ids)
-          AND j2.attempts = job_attempts[p.pos]
+          AND j2.claim_token = job_tokens[p.pos]
           AND j2.worker = worker_name AND j2.lease_expires_at IS NOT NULL
     ) c
     WHERE j.id = c.id AND j.worker = worker_name AND j.lease_expires_at IS NOT NULL;
 
 $$;
 
-CREATE FUNCTION {schema}.finish_cancelled_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_reasons text[]) RETURNS void
+CREATE FUNCTION {schema}.finish_cancelled_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_reasons text[]) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1427,7 +1594,7 @@ CREATE FUNCTION {schema}.finish_cancelled_jobs(worker_name text, job_ids bigint[
     ), finished AS (
         DELETE FROM {schema}.jobs j
         WHERE j.id = ANY(job_ids)
-          AND j.attempts = job_attempts[((SELECT map FROM positions) ->> j.id::text)::integer]
+          AND j.claim_token = job_tokens[((SELECT map FROM positions) ->> j.id::text)::integer]
           AND j.worker = worker_name AND j.lease_expires_at IS NOT NULL
         RETURNING j.*, job_reasons[((SELECT map FROM positions) ->> j.id::text)::integer]
                        AS reason
@@ -1706,7 +1873,7 @@ END;
 
 $$;
 
-CREATE FUNCTION {schema}.heartbeat_jobs(worker_name text, job_ids bigint[], job_attempts integer[], lease interval) RETURNS TABLE(id bigint, cancel_requested boolean)
+CREATE FUNCTION {schema}.heartbeat_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], lease interval) RETURNS TABLE(id bigint, cancel_requested boolean)
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1717,7 +1884,7 @@ CREATE FUNCTION {schema}.heartbeat_jobs(worker_name text, job_ids bigint[], job_
     UPDATE {schema}.jobs j
     SET lease_expires_at = clock_timestamp() + lease
     WHERE j.id = ANY(job_ids)
-      AND j.attempts = job_attempts[((SELECT map FROM positions) ->> j.id::text)::integer]
+      AND j.claim_token = job_tokens[((SELECT map FROM positions) ->> j.id::text)::integer]
       AND j.worker = worker_name AND j.lease_expires_at IS NOT NULL
     RETURNING j.id, j.cancel_requested;
 
@@ -1727,7 +1894,9 @@ CREATE FUNCTION {schema}.job_outcome(job_id bigint) RETURNS TABLE(state text, re
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT a.state, a.result, a.last_error FROM {schema}.all_jobs a WHERE a.id = job_id;
+    SELECT a.state, a.result, a.last_error FROM {schema}.all_jobs a
+    WHERE a.id = job_id
+      AND coalesce(a.queue = ANY((SELECT {schema}._role_queues())::text[]), true);
 
 $$;
 
@@ -1787,7 +1956,8 @@ CREATE FUNCTION {schema}.next_schedule_at(names text[]) RETURNS interval
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT min(s.next_run_at) - clock_timestamp() FROM {schema}.job_schedules s
-    WHERE s.name = ANY(names);
+    WHERE s.name = ANY(names)
+      AND coalesce(s.queue = ANY((SELECT {schema}._role_queues())::text[]), true);
 
 $$;
 
@@ -1916,12 +2086,15 @@ CREATE FUNCTION {schema}.purge_finished_jobs(cutoff timestamp with time zone, jo
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    WITH purged AS (
+    WITH scope AS MATERIALIZED (
+        SELECT {schema}._role_queues() AS queues
+    ), purged AS (
         DELETE FROM {schema}.finished_jobs
         WHERE id IN (
             SELECT id FROM {schema}.finished_jobs
             WHERE finished_at < cutoff AND (job_state IS NULL OR state = job_state)
               AND (job_kind IS NULL OR kind = job_kind)
+              AND coalesce(queue = ANY((SELECT queues FROM scope)::text[]), true)
             LIMIT batch
         )
         RETURNING 1
@@ -1940,7 +2113,7 @@ CREATE FUNCTION {schema}.queues_ever_used(queues text[]) RETURNS SETOF text
 
 $$;
 
-CREATE FUNCTION {schema}.release_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_started boolean[], reason text) RETURNS void
+CREATE FUNCTION {schema}.release_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_started boolean[], reason text) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1959,7 +2132,7 @@ CREATE FUNCTION {schema}.release_jobs(worker_name text, job_ids bigint[], job_at
         FROM {schema}.jobs j2,
              LATERAL (SELECT ((SELECT map FROM positions) ->> j2.id::text)::integer AS pos) p
         WHERE j2.id = ANY(job_ids)
-          AND j2.attempts = job_attempts[p.pos]
+          AND j2.claim_token = job_tokens[p.pos]
           AND j2.worker = worker_name AND j2.lease_expires_at IS NOT NULL
     ) c
     WHERE j.id = c.id AND j.worker = worker_name AND j.lease_expires_at IS NOT NULL;
@@ -2178,9 +2351,12 @@ END;
 $$;
 
 CREATE FUNCTION {schema}.set_job_limit(limit_scope text, limit_name text, limit_max_running integer, limit_rate double precision, limit_burst double precision) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+BEGIN
+    PERFORM {schema}._check_limit_access(limit_scope, limit_name, limit_max_running,
+                                         limit_rate, limit_burst, false);
     INSERT INTO {schema}.job_limits AS l (scope, name, max_running, rate, burst, tokens,
                                           refilled_at)
     VALUES (limit_scope, limit_name, limit_max_running, limit_rate, limit_burst,
@@ -2189,9 +2365,11 @@ CREATE FUNCTION {schema}.set_job_limit(limit_scope text, limit_name text, limit_
     SET max_running = excluded.max_running, rate = excluded.rate, burst = excluded.burst,
         tokens = least(coalesce(excluded.burst, 0), l.tokens);
 
+END;
+
 $$;
 
-CREATE FUNCTION {schema}.snooze_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_delays double precision[]) RETURNS void
+CREATE FUNCTION {schema}.snooze_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_delays double precision[]) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2207,7 +2385,7 @@ CREATE FUNCTION {schema}.snooze_jobs(worker_name text, job_ids bigint[], job_att
         FROM {schema}.jobs j2,
              LATERAL (SELECT ((SELECT map FROM positions) ->> j2.id::text)::integer AS pos) p
         WHERE j2.id = ANY(job_ids)
-          AND j2.attempts = job_attempts[p.pos]
+          AND j2.claim_token = job_tokens[p.pos]
           AND j2.worker = worker_name AND j2.lease_expires_at IS NOT NULL
     ) c
     WHERE j.id = c.id AND j.worker = worker_name AND j.lease_expires_at IS NOT NULL;
@@ -2224,9 +2402,18 @@ CREATE FUNCTION {schema}.unique_key_holders(unique_keys text[]) RETURNS TABLE(un
 $$;
 
 CREATE FUNCTION {schema}.upsert_schedule(schedule_name text, schedule_cron text, schedule_kind text, schedule_queue text, schedule_args jsonb, schedule_priority integer, schedule_max_attempts integer, first_run_at timestamp with time zone) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+BEGIN
+    IF first_run_at IS NULL OR NOT {schema}._run_at_valid(first_run_at) THEN
+        RAISE EXCEPTION 'invalid first run % of schedule %: a time from 1900-01-01 to 100 '
+                        'years from now', coalesce(first_run_at::text, 'NULL'),
+                        quote_literal(schedule_name)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM {schema}._check_queue_access(ARRAY[schedule_queue] || ARRAY(
+        SELECT s.queue FROM {schema}.job_schedules s WHERE s.name = schedule_name));
     INSERT INTO {schema}.job_schedules AS s (name, cron, kind, queue, args, priority,
                                              max_attempts, next_run_at)
     VALUES (schedule_name, schedule_cron, schedule_kind, schedule_queue, schedule_args,
@@ -2237,6 +2424,8 @@ CREATE FUNCTION {schema}.upsert_schedule(schedule_name text, schedule_cron text,
         next_run_at = CASE WHEN s.cron = excluded.cron THEN s.next_run_at
                            ELSE excluded.next_run_at END,
         updated_at = now();
+
+END;
 
 $$;
 
@@ -2249,6 +2438,7 @@ CREATE FUNCTION {schema}.waiting_unregistered_kinds(threshold interval, kinds te
         SELECT j.queue, j.kind, j.run_at FROM {schema}.jobs j
         WHERE j.state = 'ready' AND j.run_at < clock_timestamp() - threshold
           AND j.kind <> ALL(kinds)
+          AND coalesce(j.queue = ANY((SELECT {schema}._role_queues())::text[]), true)
         LIMIT 1000
     ) AS w
     GROUP BY w.queue, w.kind
@@ -2459,6 +2649,13 @@ CREATE TABLE {schema}.queue_pauses (
     paused_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE {schema}.queue_roles (
+    queue text NOT NULL,
+    role_oid oid NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT queue_roles_queue_check CHECK (((queue = '*'::text) OR ((queue ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$'::text) AND (length(queue) <= 200))))
+);
+
 CREATE TABLE {schema}.schema_migrations (
     version integer NOT NULL,
     name text NOT NULL,
@@ -2513,6 +2710,9 @@ ALTER TABLE ONLY {schema}.job_sequences
 ALTER TABLE ONLY {schema}.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 
+ALTER TABLE {schema}.jobs
+    ADD CONSTRAINT jobs_run_at_range CHECK (((run_at >= '1900-01-01 00:00:00+00'::timestamp with time zone) AND (run_at < '9000-01-01 00:00:00+00'::timestamp with time zone))) NOT VALID;
+
 ALTER TABLE ONLY {schema}.leases
     ADD CONSTRAINT leases_pkey PRIMARY KEY (group_name, topic_id, partition);
 
@@ -2536,6 +2736,9 @@ ALTER TABLE ONLY {schema}.partitions
 
 ALTER TABLE ONLY {schema}.queue_pauses
     ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (queue);
+
+ALTER TABLE ONLY {schema}.queue_roles
+    ADD CONSTRAINT queue_roles_pkey PRIMARY KEY (queue, role_oid);
 
 ALTER TABLE ONLY {schema}.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
@@ -2599,6 +2802,8 @@ CREATE TRIGGER partitions_admission BEFORE UPDATE OF next_offset ON {schema}.par
 
 CREATE TRIGGER partitions_note_reservation BEFORE UPDATE OF next_offset ON {schema}.partitions FOR EACH ROW EXECUTE FUNCTION {schema}._note_reservation();
 
+CREATE CONSTRAINT TRIGGER partitions_reservation_filled AFTER UPDATE OF next_offset ON {schema}.partitions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.reserved_by IS DISTINCT FROM old.reserved_by)) EXECUTE FUNCTION {schema}._check_reservation_filled();
+
 ALTER TABLE ONLY {schema}.cursors
     ADD CONSTRAINT cursors_topic_id_partition_fkey FOREIGN KEY (topic_id, partition) REFERENCES {schema}.partitions(topic_id, partition) ON DELETE CASCADE;
 
@@ -2618,6 +2823,14 @@ REVOKE ALL ON FUNCTION {schema}._authorize_group(p_group text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._check_group_access() FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}._check_job_access(job_ids bigint[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._check_limit_access(limit_scope text, limit_name text, limit_max_running integer, limit_rate double precision, limit_burst double precision, removing boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._check_queue_access(queues text[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._check_reservation_filled() FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}._check_reserved_offsets() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._check_topic_access() FROM PUBLIC;
@@ -2631,6 +2844,8 @@ REVOKE ALL ON FUNCTION {schema}._refuse_instance(p_group text, p_member text, p_
 REVOKE ALL ON FUNCTION {schema}._require_admin(what text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._role_oid(p_role text) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._role_queues() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.advance_schedule(schedule_name text, tick timestamp with time zone, following timestamp with time zone) FROM PUBLIC;
 
@@ -2646,9 +2861,9 @@ REVOKE ALL ON FUNCTION {schema}.commit_cursors(group_name text, topic_ids intege
 
 REVOKE ALL ON FUNCTION {schema}.commit_offsets(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_offsets bigint[], p_instance text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.complete_jobs_archived(worker_name text, job_ids bigint[], job_attempts integer[], job_results jsonb[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.complete_jobs_archived(worker_name text, job_ids bigint[], job_tokens uuid[], job_results jsonb[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.complete_jobs_deleted(worker_name text, job_ids bigint[], job_attempts integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.complete_jobs_deleted(worker_name text, job_ids bigint[], job_tokens uuid[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.consume(p_group text, p_topic text, p_partition integer, p_limit integer) FROM PUBLIC;
 
@@ -2668,9 +2883,9 @@ REVOKE ALL ON FUNCTION {schema}.ensure_cursors(group_name text, topic_ids intege
 
 REVOKE ALL ON FUNCTION {schema}.expire_messages(p_group_expiry interval, p_batch integer) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.fail_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_errors text[], job_delays double precision[], job_finals boolean[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.fail_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_errors text[], job_delays double precision[], job_finals boolean[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.finish_cancelled_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_reasons text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.finish_cancelled_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_reasons text[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.group_acquire(p_group text, p_member text, p_instance text) FROM PUBLIC;
 
@@ -2686,7 +2901,7 @@ REVOKE ALL ON FUNCTION {schema}.group_lock(p_group text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.group_release(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_instance text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.heartbeat_jobs(worker_name text, job_ids bigint[], job_attempts integer[], lease interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.heartbeat_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], lease interval) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.job_outcome(job_id bigint) FROM PUBLIC;
 
@@ -2712,7 +2927,7 @@ REVOKE ALL ON FUNCTION {schema}.purge_finished_jobs(cutoff timestamp with time z
 
 REVOKE ALL ON FUNCTION {schema}.queues_ever_used(queues text[]) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.release_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_started boolean[], reason text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.release_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_started boolean[], reason text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.rescue_expired_jobs(batch integer) FROM PUBLIC;
 
@@ -2726,7 +2941,7 @@ REVOKE ALL ON FUNCTION {schema}.seek(p_group text, p_topic text, p_partition int
 
 REVOKE ALL ON FUNCTION {schema}.set_job_limit(limit_scope text, limit_name text, limit_max_running integer, limit_rate double precision, limit_burst double precision) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.snooze_jobs(worker_name text, job_ids bigint[], job_attempts integer[], job_delays double precision[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.snooze_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_delays double precision[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.unique_key_holders(unique_keys text[]) FROM PUBLIC;
 

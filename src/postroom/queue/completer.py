@@ -18,7 +18,7 @@ import psycopg
 from .._acompat import Condition, sleep
 from .._db import Database
 from .fetcher import Fetcher
-from .outcomes import HeldJobs, Outcome, OutcomeKind, int_array, unstorable
+from .outcomes import HeldJobs, Outcome, OutcomeKind, int_array, token_array, unstorable
 from .records import notify_payload
 
 log = logging.getLogger("postroom.worker")
@@ -40,7 +40,7 @@ _REFUSED = (
 
 
 class Completer:
-    """Batches outcomes and writes them back, fenced by the worker name and attempt (a job
+    """Batches outcomes and writes them back, fenced by the worker name and claim token (a job
     whose lease this worker lost is not overwritten). ``keep_finished`` > 0 archives done
     jobs with their results; 0 deletes them."""
 
@@ -177,7 +177,7 @@ class Completer:
             params: dict[str, Any] = {
                 **fence,
                 "ids": int_array([o.job.id for o in done]),
-                "attempts": int_array([o.job.attempt for o in done]),
+                "tokens": token_array([o.job.token for o in done]),
             }
             if self._keep_finished > 0:
                 params["results"] = [o.result for o in done]
@@ -191,7 +191,7 @@ class Completer:
                 {
                     **fence,
                     "ids": int_array([o.job.id for o in failed]),
-                    "attempts": int_array([o.job.attempt for o in failed]),
+                    "tokens": token_array([o.job.token for o in failed]),
                     "errors": [o.error for o in failed],
                     "delays": [o.delay for o in failed],
                     "finals": [o.final for o in failed],
@@ -204,7 +204,7 @@ class Completer:
                 {
                     **fence,
                     "ids": int_array([o.job.id for o in cancelled]),
-                    "attempts": int_array([o.job.attempt for o in cancelled]),
+                    "tokens": token_array([o.job.token for o in cancelled]),
                     "reasons": [o.error for o in cancelled],
                 },
             )
@@ -215,7 +215,7 @@ class Completer:
                 {
                     **fence,
                     "ids": int_array([o.job.id for o in snoozed]),
-                    "attempts": int_array([o.job.attempt for o in snoozed]),
+                    "tokens": token_array([o.job.token for o in snoozed]),
                     "delays": [o.delay for o in snoozed],
                 },
             )
@@ -226,7 +226,7 @@ class Completer:
                 {
                     **fence,
                     "ids": int_array([o.job.id for o in released]),
-                    "attempts": int_array([o.job.attempt for o in released]),
+                    "tokens": token_array([o.job.token for o in released]),
                     "started": [o.job.started for o in released],
                     "reason": f"interrupted: worker {self._worker} shut down",
                 },

@@ -19,7 +19,7 @@ import psycopg
 from .._acompat import Event
 from .._db import Database
 from ..errors import JobInterrupted
-from .outcomes import Claimed, HeldJobs
+from .outcomes import Claimed, HeldJobs, token_array
 
 log = logging.getLogger("postroom.worker")
 
@@ -63,7 +63,7 @@ class Heartbeat:
                         {
                             "worker": self._worker,
                             "ids": [j.id for j in held],
-                            "attempts": [j.attempt for j in held],
+                            "tokens": token_array([j.token for j in held]),
                             "lease": self._lease,
                         },
                     )

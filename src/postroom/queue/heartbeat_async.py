@@ -17,7 +17,7 @@ import psycopg
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
 from ..errors import JobInterrupted
-from .outcomes import Claimed, HeldJobs
+from .outcomes import Claimed, HeldJobs, token_array
 
 log = logging.getLogger("postroom.worker")
 
@@ -61,7 +61,7 @@ class AsyncHeartbeat:
                         {
                             "worker": self._worker,
                             "ids": [j.id for j in held],
-                            "attempts": [j.attempt for j in held],
+                            "tokens": token_array([j.token for j in held]),
                             "lease": self._lease,
                         },
                     )

@@ -43,6 +43,9 @@ class Claimed:
     max_attempts: int
     enqueued_at: datetime | None = None
     scheduled_at: datetime | None = None
+    token: str = ""
+    """The claim's token (a UUID's text), which every write-back of this claim names: only the
+    claiming connection learns it, so no other worker can write this job's outcome."""
     call: Interruptible | None = None
     context: JobContext | None = None
     cooperative: bool = False
@@ -92,6 +95,12 @@ def int_array(values: Iterable[int]) -> str:
     ``%s::integer[]`` parameter: psycopg dumps a list element by element, ten times slower
     than this join (the write-back of a batch of no-op jobs sent two such lists per job)."""
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def token_array(tokens: Iterable[str]) -> str:
+    """Claim tokens (UUID text, no character to quote) as a PostgreSQL array literal, for a
+    ``%s::uuid[]`` parameter (see int_array)."""
+    return "{" + ",".join(tokens) + "}"
 
 
 def storable_text(text: str) -> str:

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from .._checks import check_int, check_text
@@ -105,6 +105,11 @@ def check_unique_key(key: object, what: str = "unique_key") -> str | None:
     return check_text(what, key)
 
 
+EARLIEST_RUN_AT = datetime(1900, 1, 1, tzinfo=UTC)
+MAX_DELAY = timedelta(seconds=MAX_SECONDS)
+"""A run_at is from EARLIEST_RUN_AT to MAX_DELAY (100 years) from now, as delays are."""
+
+
 def check_run_at(run_at: object, delay: object) -> tuple[datetime | None, float | None]:
     """The (run_at, delay seconds) pair to store; at most one of them is set."""
     if run_at is not None and delay is not None:
@@ -112,6 +117,11 @@ def check_run_at(run_at: object, delay: object) -> tuple[datetime | None, float 
     if run_at is not None:
         if not isinstance(run_at, datetime) or run_at.tzinfo is None:
             raise InvalidArgument(f"invalid run_at {run_at!r}: an aware datetime (with a timezone)")
+        # The database's bound (migration 0020, _run_at_valid): readers must be able to show it.
+        if not EARLIEST_RUN_AT <= run_at <= datetime.now(UTC) + MAX_DELAY:
+            raise InvalidArgument(
+                f"invalid run_at {run_at.isoformat()}: a time from 1900-01-01 to 100 years from now"
+            )
         return run_at, None
     if delay is not None:
         return None, check_seconds("delay", delay)

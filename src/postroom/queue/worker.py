@@ -45,7 +45,7 @@ from .._acompat import (
 )
 from .._db import Database
 from .._retention import RetentionRunner, retention_interval
-from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
+from ..errors import InvalidArgument, JobInterrupted, PermissionDenied, WorkerCrashed
 from . import joblog
 from .completer import Completer
 from .fetcher import AUTO_PREFETCH_MAX, Fetcher
@@ -358,9 +358,18 @@ class Worker:
         """Store the registered concurrency and rate limits."""
         for definition in self._jobs.definitions.values():
             if definition.max_concurrency is not None or definition.rate_limit is not None:
-                self._jobs.set_limit(
-                    "kind", definition.kind, definition.max_concurrency, definition.rate_limit, None
-                )
+                try:
+                    self._jobs.set_limit(
+                        "kind",
+                        definition.kind,
+                        definition.max_concurrency,
+                        definition.rate_limit,
+                        None,
+                    )
+                except PermissionDenied as exc:
+                    # A kind limit spans every queue: a role scoped to some queues may not
+                    # change one (docs/roles.md). The worker runs on without it.
+                    log.warning("the limit of job kind %r is not set: %s", definition.kind, exc)
 
     def _warn_unused_queues(self, db: Database) -> None:
         """Warn about a queue with no registered kind that never had a job (a typo?)."""

@@ -43,7 +43,7 @@ from .._acompat import (
 )
 from .._db_async import AsyncDatabase
 from .._retention_async import AsyncRetentionRunner, retention_interval
-from ..errors import InvalidArgument, JobInterrupted, WorkerCrashed
+from ..errors import InvalidArgument, JobInterrupted, PermissionDenied, WorkerCrashed
 from . import joblog
 from .completer_async import AsyncCompleter
 from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher
@@ -358,9 +358,18 @@ class AsyncWorker:
         """Store the registered concurrency and rate limits."""
         for definition in self._jobs.definitions.values():
             if definition.max_concurrency is not None or definition.rate_limit is not None:
-                await self._jobs.set_limit(
-                    "kind", definition.kind, definition.max_concurrency, definition.rate_limit, None
-                )
+                try:
+                    await self._jobs.set_limit(
+                        "kind",
+                        definition.kind,
+                        definition.max_concurrency,
+                        definition.rate_limit,
+                        None,
+                    )
+                except PermissionDenied as exc:
+                    # A kind limit spans every queue: a role scoped to some queues may not
+                    # change one (docs/roles.md). The worker runs on without it.
+                    log.warning("the limit of job kind %r is not set: %s", definition.kind, exc)
 
     async def _warn_unused_queues(self, db: AsyncDatabase) -> None:
         """Warn about a queue with no registered kind that never had a job (a typo?)."""
