@@ -60,13 +60,13 @@ class Database:
 
     @contextmanager
     def connection(
-        self, conn: object = None, *, committing: str = "a transaction"
+        self, conn: object = None, *, committing: str | Callable[[], str] = "a transaction"
     ) -> Iterator[psycopg.Connection[Any]]:
         """A connection whose work commits when the block ends.
 
         If the connection is lost while that COMMIT is in flight, raises
-        :class:`CommitUnknown` naming ``committing`` (what the block wrote): the server may
-        have committed it or not.
+        :class:`CommitUnknown` naming ``committing`` (what the block wrote, or a function that
+        says it once the block ran): the server may have committed it or not.
 
         With ``conn`` (the caller's connection, or a SQLAlchemy/Django wrapper of one) the work
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
@@ -110,13 +110,19 @@ def commit_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
     )
 
 
-def commit_or_unknown(conn: psycopg.Connection[Any], committing: str) -> None:
+def commit_or_unknown(conn: psycopg.Connection[Any], committing: str | Callable[[], str]) -> None:
     """Commit ``conn``'s transaction; raise :class:`CommitUnknown` naming ``committing`` if
-    the connection was lost while the COMMIT was in flight (see ``commit_lost``)."""
+    the connection was lost while the COMMIT was in flight (see ``commit_lost``). A
+    connection already lost before is a plain error: no COMMIT was sent, nothing committed."""
+    if conn.closed or conn.broken:
+        conn.commit()  # raises the driver's error: the transaction is gone
+        return
     try:
         conn.commit()
     except psycopg.Error as exc:
         if commit_lost(conn, exc):
+            if callable(committing):
+                committing = committing()
             raise CommitUnknown(
                 f"the connection was lost while committing {committing}: the server may have "
                 "committed it or not (retry it idempotently: see CommitUnknown)",

@@ -58,13 +58,13 @@ class AsyncDatabase:
 
     @asynccontextmanager
     async def connection(
-        self, conn: object = None, *, committing: str = "a transaction"
+        self, conn: object = None, *, committing: str | Callable[[], str] = "a transaction"
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A connection whose work commits when the block ends.
 
         If the connection is lost while that COMMIT is in flight, raises
-        :class:`CommitUnknown` naming ``committing`` (what the block wrote): the server may
-        have committed it or not.
+        :class:`CommitUnknown` naming ``committing`` (what the block wrote, or a function that
+        says it once the block ran): the server may have committed it or not.
 
         With ``conn`` (the caller's connection, or a SQLAlchemy/Django wrapper of one) the work
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
@@ -108,13 +108,21 @@ def commit_lost(conn: psycopg.AsyncConnection[Any], exc: BaseException) -> bool:
     )
 
 
-async def commit_or_unknown(conn: psycopg.AsyncConnection[Any], committing: str) -> None:
+async def commit_or_unknown(
+    conn: psycopg.AsyncConnection[Any], committing: str | Callable[[], str]
+) -> None:
     """Commit ``conn``'s transaction; raise :class:`CommitUnknown` naming ``committing`` if
-    the connection was lost while the COMMIT was in flight (see ``commit_lost``)."""
+    the connection was lost while the COMMIT was in flight (see ``commit_lost``). A
+    connection already lost before is a plain error: no COMMIT was sent, nothing committed."""
+    if conn.closed or conn.broken:
+        await conn.commit()  # raises the driver's error: the transaction is gone
+        return
     try:
         await conn.commit()
     except psycopg.Error as exc:
         if commit_lost(conn, exc):
+            if callable(committing):
+                committing = committing()
             raise CommitUnknown(
                 f"the connection was lost while committing {committing}: the server may have "
                 "committed it or not (retry it idempotently: see CommitUnknown)",

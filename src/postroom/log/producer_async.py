@@ -127,10 +127,11 @@ class AsyncAppender:
         check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
+        committing = _committing(values, what)
         while True:
             try:
                 with log_errors():
-                    async with self._db.connection(conn) as db_conn:
+                    async with self._db.connection(conn, committing=committing) as db_conn:
                         if values:
                             return await self._append_values(db_conn, what, conn is not None)
                         return await self._append(db_conn, what, conn is not None)
@@ -714,6 +715,16 @@ class AsyncProducer:
             await self._append_isolating(records[middle:], indexes[middle:], sends)
             return
         sends.set_results(indexes, results)
+
+
+def _committing(values: bool, what: Any) -> str:
+    """What a write commits, for :class:`CommitUnknown`: how many messages to which topics."""
+    count = len(what[1]) if values else len(what)
+    topics = [what[0]] if values else sorted({record.topic for record in what})
+    return (
+        f"{count} message{'' if count == 1 else 's'} to topic{'' if len(topics) == 1 else 's'} "
+        + (", ".join(repr(t) for t in topics))
+    )
 
 
 def _item_size(item: bytes | Record) -> int:
