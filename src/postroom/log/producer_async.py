@@ -25,7 +25,7 @@ from .._acompat import (
 from .._db_async import AsyncDatabase
 from ..errors import BacklogFull, BufferFull, InvalidArgument, ProducerClosed, TopicNotFound
 from .copydata import copy_data, copy_values
-from .errors import log_errors
+from .errors import describe_write, log_errors
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .partitioner import partition_for_key
 from .records import (
@@ -127,7 +127,7 @@ class AsyncAppender:
         check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
-        committing = _committing(values, what)
+        committing = describe_write(values, what)
         while True:
             try:
                 with log_errors():
@@ -715,16 +715,6 @@ class AsyncProducer:
             await self._append_isolating(records[middle:], indexes[middle:], sends)
             return
         sends.set_results(indexes, results)
-
-
-def _committing(values: bool, what: Any) -> str:
-    """What a write commits, for :class:`CommitUnknown`: how many messages to which topics."""
-    count = len(what[1]) if values else len(what)
-    topics = [what[0]] if values else sorted({record.topic for record in what})
-    return (
-        f"{count} message{'' if count == 1 else 's'} to topic{'' if len(topics) == 1 else 's'} "
-        + (", ".join(repr(t) for t in topics))
-    )
 
 
 def _item_size(item: bytes | Record) -> int:
