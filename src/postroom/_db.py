@@ -4,22 +4,26 @@
 
 from __future__ import annotations
 
+import logging
 import select
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from time import monotonic
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _sql
-from ._acompat import to_thread
+from ._acompat import sleep, to_thread
 from ._conninfo import unavailable
+from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
 from .errors import (
     BacklogFull,
+    CommitUnknown,
     Fenced,
     InstanceFenced,
     InvalidArgument,
@@ -30,6 +34,8 @@ from .errors import (
 )
 
 _QUERIES = _sql.all_queries()
+
+log = logging.getLogger("postroom")
 
 
 class Database:
@@ -54,8 +60,14 @@ class Database:
         return _sql.render(_QUERIES[name], self.schema, role=role)
 
     @contextmanager
-    def connection(self, conn: object = None) -> Iterator[psycopg.Connection[Any]]:
+    def connection(
+        self, conn: object = None, *, committing: str | Callable[[], str] = "a transaction"
+    ) -> Iterator[psycopg.Connection[Any]]:
         """A connection whose work commits when the block ends.
+
+        If the connection is lost while that COMMIT is in flight, raises
+        :class:`CommitUnknown` naming ``committing`` (what the block wrote, or a function that
+        says it once the block ran): the server may have committed it or not.
 
         With ``conn`` (the caller's connection, or a SQLAlchemy/Django wrapper of one) the work
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
@@ -63,8 +75,16 @@ class Database:
         """
         if conn is None:
             with translate_errors(self.schema):
-                with self.pool.connection() as pooled:
-                    yield pooled
+                pooled = self.pool.getconn()
+                try:
+                    try:
+                        yield pooled
+                    except BaseException:
+                        _rollback_quietly(pooled)
+                        raise
+                    commit_or_unknown(pooled, committing)
+                finally:
+                    self.pool.putconn(pooled)
             return
         raw = caller_connection(conn)
         with translate_errors(self.schema):
@@ -73,6 +93,94 @@ class Database:
                     yield raw
             else:
                 yield raw
+
+
+def commit_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a COMMIT on ``conn``, leaves its outcome unknown: the
+    connection was lost (no answer, or the server ended the session) rather than the server
+    answering that it rolled back (a serialization failure, a deferred constraint)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = exc.sqlstate
+    return (
+        conn.broken
+        or conn.closed
+        or sqlstate is None
+        or sqlstate.startswith("08")  # connection exception
+        or sqlstate in ("57P01", "57P02", "57P03")  # the server shut the session down
+    )
+
+
+def commit_or_unknown(conn: psycopg.Connection[Any], committing: str | Callable[[], str]) -> None:
+    """Commit ``conn``'s transaction; raise :class:`CommitUnknown` naming ``committing`` if
+    the connection was lost while the COMMIT was in flight (see ``commit_lost``). A
+    connection already lost before is a plain error: no COMMIT was sent, nothing committed."""
+    if conn.closed or conn.broken:
+        conn.commit()  # raises the driver's error: the transaction is gone
+        return
+    try:
+        conn.commit()
+    except psycopg.Error as exc:
+        if commit_lost(conn, exc):
+            if callable(committing):
+                committing = committing()
+            raise CommitUnknown(
+                f"the connection was lost while committing {committing}: the server may have "
+                "committed it or not (retry it idempotently: see CommitUnknown)",
+                committing=committing,
+            ) from exc
+        raise
+
+
+def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
+    """Roll back after the block raised; a connection too broken for that is left to the
+    pool, which replaces it (the block's own error is the one to report)."""
+    if conn.closed:
+        return
+    try:
+        conn.rollback()
+    except psycopg.Error as exc:
+        log.debug("rollback after an error failed: %s", exc)
+
+
+class ReconnectingPool(ConnectionPool):
+    """psycopg_pool's pool with postroom's reconnect policy (``_reconnect``): after the server
+    went away it tries again within half a second at most, instead of psycopg_pool's delays
+    of 1, 2, 4, 8, 16 s ... (its ``AttemptWithBackoff`` has no cap but ``reconnect_timeout``).
+
+    Both places where the pool waits between attempts take a ``ReconnectAttempt``: adding a
+    connection after a failed connect, and getting one after a pooled connection failed its
+    ``check``. These are psycopg_pool internals (3.2 to 3.3); tests/test_reconnect.py fails
+    if a new version ignores them."""
+
+    def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        if attempt is None:
+            attempt = ReconnectAttempt(timeout=self.reconnect_timeout)
+        super()._add_connection(attempt, growing=growing)
+
+    def _getconn_with_check_loop(self, deadline: float) -> Any:
+        # psycopg_pool's loop, with a ReconnectAttempt: the first connection that fails its
+        # check is replaced at once, the next ones after reconnect_delay.
+        attempt: ReconnectAttempt | None = None
+        while True:
+            conn = self._getconn_unchecked(deadline - monotonic())
+            try:
+                self._check_connection(conn)
+            except Exception:  # noqa: BLE001 - a failed check: the pool replaces the connection
+                self._putconn(conn, from_getconn=True)
+            except BaseException:
+                self._putconn(conn, from_getconn=True)
+                raise
+            else:
+                return conn
+            now = monotonic()
+            if attempt is None:
+                attempt = ReconnectAttempt(timeout=deadline - now)
+            else:
+                attempt.update_delay(now)
+            if attempt.time_to_give_up(now):
+                raise PoolTimeout()
+            sleep(attempt.delay)
 
 
 def open_database(url: str | None, schema: str, min_size: int, max_size: int) -> Database:
@@ -87,7 +195,7 @@ def open_database(url: str | None, schema: str, min_size: int, max_size: int) ->
         # from None: the driver's error quotes the connection string, password included.
         raise unavailable(conninfo, exc) from None
     probe.close()
-    pool = ConnectionPool(
+    pool = ReconnectingPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import select
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from time import monotonic
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
-from ._acompat import ato_thread
+from ._acompat import asleep, ato_thread
 from ._conninfo import unavailable
+from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
 from .errors import (
     BacklogFull,
+    CommitUnknown,
     Fenced,
     InstanceFenced,
     InvalidArgument,
@@ -28,6 +32,8 @@ from .errors import (
 )
 
 _QUERIES = _sql.all_queries()
+
+log = logging.getLogger("postroom")
 
 
 class AsyncDatabase:
@@ -52,8 +58,14 @@ class AsyncDatabase:
         return _sql.render(_QUERIES[name], self.schema, role=role)
 
     @asynccontextmanager
-    async def connection(self, conn: object = None) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def connection(
+        self, conn: object = None, *, committing: str | Callable[[], str] = "a transaction"
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A connection whose work commits when the block ends.
+
+        If the connection is lost while that COMMIT is in flight, raises
+        :class:`CommitUnknown` naming ``committing`` (what the block wrote, or a function that
+        says it once the block ran): the server may have committed it or not.
 
         With ``conn`` (the caller's connection, or a SQLAlchemy/Django wrapper of one) the work
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
@@ -61,8 +73,16 @@ class AsyncDatabase:
         """
         if conn is None:
             with translate_errors(self.schema):
-                async with self.pool.connection() as pooled:
-                    yield pooled
+                pooled = await self.pool.getconn()
+                try:
+                    try:
+                        yield pooled
+                    except BaseException:
+                        await _rollback_quietly(pooled)
+                        raise
+                    await commit_or_unknown(pooled, committing)
+                finally:
+                    await self.pool.putconn(pooled)
             return
         raw = await caller_connection_async(conn)
         with translate_errors(self.schema):
@@ -71,6 +91,96 @@ class AsyncDatabase:
                     yield raw
             else:
                 yield raw
+
+
+def commit_lost(conn: psycopg.AsyncConnection[Any], exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a COMMIT on ``conn``, leaves its outcome unknown: the
+    connection was lost (no answer, or the server ended the session) rather than the server
+    answering that it rolled back (a serialization failure, a deferred constraint)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = exc.sqlstate
+    return (
+        conn.broken
+        or conn.closed
+        or sqlstate is None
+        or sqlstate.startswith("08")  # connection exception
+        or sqlstate in ("57P01", "57P02", "57P03")  # the server shut the session down
+    )
+
+
+async def commit_or_unknown(
+    conn: psycopg.AsyncConnection[Any], committing: str | Callable[[], str]
+) -> None:
+    """Commit ``conn``'s transaction; raise :class:`CommitUnknown` naming ``committing`` if
+    the connection was lost while the COMMIT was in flight (see ``commit_lost``). A
+    connection already lost before is a plain error: no COMMIT was sent, nothing committed."""
+    if conn.closed or conn.broken:
+        await conn.commit()  # raises the driver's error: the transaction is gone
+        return
+    try:
+        await conn.commit()
+    except psycopg.Error as exc:
+        if commit_lost(conn, exc):
+            if callable(committing):
+                committing = committing()
+            raise CommitUnknown(
+                f"the connection was lost while committing {committing}: the server may have "
+                "committed it or not (retry it idempotently: see CommitUnknown)",
+                committing=committing,
+            ) from exc
+        raise
+
+
+async def _rollback_quietly(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Roll back after the block raised; a connection too broken for that is left to the
+    pool, which replaces it (the block's own error is the one to report)."""
+    if conn.closed:
+        return
+    try:
+        await conn.rollback()
+    except psycopg.Error as exc:
+        log.debug("rollback after an error failed: %s", exc)
+
+
+class AsyncReconnectingPool(AsyncConnectionPool):
+    """psycopg_pool's pool with postroom's reconnect policy (``_reconnect``): after the server
+    went away it tries again within half a second at most, instead of psycopg_pool's delays
+    of 1, 2, 4, 8, 16 s ... (its ``AttemptWithBackoff`` has no cap but ``reconnect_timeout``).
+
+    Both places where the pool waits between attempts take a ``ReconnectAttempt``: adding a
+    connection after a failed connect, and getting one after a pooled connection failed its
+    ``check``. These are psycopg_pool internals (3.2 to 3.3); tests/test_reconnect.py fails
+    if a new version ignores them."""
+
+    async def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+        if attempt is None:
+            attempt = ReconnectAttempt(timeout=self.reconnect_timeout)
+        await super()._add_connection(attempt, growing=growing)
+
+    async def _getconn_with_check_loop(self, deadline: float) -> Any:
+        # psycopg_pool's loop, with a ReconnectAttempt: the first connection that fails its
+        # check is replaced at once, the next ones after reconnect_delay.
+        attempt: ReconnectAttempt | None = None
+        while True:
+            conn = await self._getconn_unchecked(deadline - monotonic())
+            try:
+                await self._check_connection(conn)
+            except Exception:  # noqa: BLE001 - a failed check: the pool replaces the connection
+                await self._putconn(conn, from_getconn=True)
+            except BaseException:
+                await self._putconn(conn, from_getconn=True)
+                raise
+            else:
+                return conn
+            now = monotonic()
+            if attempt is None:
+                attempt = ReconnectAttempt(timeout=deadline - now)
+            else:
+                attempt.update_delay(now)
+            if attempt.time_to_give_up(now):
+                raise PoolTimeout()
+            await asleep(attempt.delay)
 
 
 async def open_database(
@@ -87,7 +197,7 @@ async def open_database(
         # from None: the driver's error quotes the connection string, password included.
         raise unavailable(conninfo, exc) from None
     await probe.close()
-    pool = AsyncConnectionPool(
+    pool = AsyncReconnectingPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,

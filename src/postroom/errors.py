@@ -100,6 +100,23 @@ class DatabaseUnavailable(PostroomError):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
 
 
+class CommitUnknown(PostroomError, psycopg.OperationalError):
+    """The connection was lost while postroom committed the caller's write (``publish``,
+    ``publish_batch``, a producer's batch, ``enqueue``, ``enqueue_batch`` without ``conn``):
+    the server may have committed it or not, and no one can tell from this side.
+    ``committing`` says what was being committed.
+
+    Retry only in a way that cannot write twice: ``enqueue`` again with the same
+    ``unique_key`` (a job already in the queue under that key is not inserted again); a
+    publish again with the same idempotency key in its headers, which consumers deduplicate
+    on (docs/log.md). Also a psycopg ``OperationalError``, so code that treats a lost
+    connection as such keeps working."""
+
+    def __init__(self, message: str, committing: str = "") -> None:
+        super().__init__(message)
+        self.committing = committing
+
+
 class Fenced(PostroomError):
     """A consumer group member no longer holds a partition (its session expired, e.g. after a
     long pause, or the partition was handed to another member): its commit or claim was refused

@@ -68,6 +68,12 @@ def test_one_process_runs_each_round(client: postroom.Client, dsn: str) -> None:
         other.execute(RUNNER_LOCK)  # another process is this round's runner
         assert runner.run_once() is None
         assert low_water(client, "t") == 0
+        pid = other.info.backend_pid
+    # The server lets the lock go when that backend has exited, a moment after the close.
+    wait_for(
+        lambda: not scalar(dsn, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]),
+        what="the other session's backend to exit",
+    )
     assert runner.run_once() == 5  # the lock went with the other session
     assert runner.run_once() == 0
     assert low_water(client, "t") == 5

@@ -16,6 +16,7 @@ from psycopg.pq import TransactionStatus
 
 from .._acompat import Background, Event, outcome, sleep
 from .._db import Database
+from .._reconnect import RECONNECT_CAP
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned import (
     DEFAULT_SESSION_TIMEOUT,
@@ -391,7 +392,7 @@ class Consumer(AssignedPartitions):
                     return
         except psycopg.OperationalError:
             self._close_listener()
-            sleep(timeout)
+            sleep(min(timeout, RECONNECT_CAP))  # the server may be back any moment
 
     def _forget_wakeups(self) -> None:
         """Drop the notifications already received, without waiting: the fetch that follows

@@ -14,6 +14,7 @@ from psycopg.pq import TransactionStatus
 
 from .._acompat import ABackground, AEvent, aoutcome, asleep
 from .._db_async import AsyncDatabase
+from .._reconnect import RECONNECT_CAP
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned_async import (
     DEFAULT_SESSION_TIMEOUT,
@@ -393,7 +394,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
                     return
         except psycopg.OperationalError:
             await self._close_listener()
-            await asleep(timeout)
+            await asleep(min(timeout, RECONNECT_CAP))  # the server may be back any moment
 
     async def _forget_wakeups(self) -> None:
         """Drop the notifications already received, without waiting: the fetch that follows

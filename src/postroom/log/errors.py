@@ -8,6 +8,7 @@ joined through ``conn``, a limit that differs by an encoding detail); the error 
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -66,3 +67,14 @@ class log_errors:
             translated = translate_log_error(exc)
             if translated is not None:
                 raise translated from exc
+
+
+def describe_write(values: bool, what: Any) -> str:
+    """What a write commits, named by :class:`CommitUnknown` if its COMMIT is lost: how many
+    messages to which topics (``what``: ``(topic, values, ...)`` for plain values, else a list
+    of records)."""
+    count = len(what[1]) if values else len(what)
+    topics = [what[0]] if values else sorted({record.topic for record in what})
+    plural = "" if len(topics) == 1 else "s"
+    names = ", ".join(repr(t) for t in topics)
+    return f"{count} message{'' if count == 1 else 's'} to topic{plural} {names}"

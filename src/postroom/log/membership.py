@@ -31,6 +31,7 @@ import psycopg
 
 from .._acompat import Event, gather, sleep, spawn
 from .._db import Database, translate_errors
+from .._reconnect import reconnect_delay
 from .._retention import RetentionRunner, retention_interval
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
@@ -269,7 +270,7 @@ class Membership:
     # -- the heartbeat loop -----------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = 0.1
+        failures = 0  # in a row
         while not self._stop.is_set():
             try:
                 self._wait(min(self._next_wait, self._until_poll_due()))
@@ -279,7 +280,7 @@ class Membership:
                     self._leave_for_poll_interval()
                     return
                 self._beat(joining=False)
-                backoff = 0.1
+                failures = 0
             except InstanceFenced as exc:
                 self.fence(exc)
                 self._close_listener()
@@ -288,7 +289,10 @@ class Membership:
             except (psycopg.Error, PostroomError) as exc:
                 if self._db.pool.closed:
                     return  # the client was closed under a consumer left open
-                log.warning(
+                failures += 1
+                backoff = reconnect_delay(failures)
+                log.log(
+                    logging.WARNING if failures == 1 else logging.DEBUG,
                     "member %s of group %s: heartbeat failed (%s); retrying in %.1f s",
                     self.member_id,
                     self.group,
@@ -298,7 +302,6 @@ class Membership:
                 self._close_listener()
                 self._close_connection()
                 sleep(backoff)
-                backoff = min(backoff * 2, self.session_timeout / 3)
 
     def _connection(self) -> psycopg.Connection[Any]:
         """The heartbeat loop's own connection, in autocommit: a heartbeat or an acquire is

@@ -29,6 +29,7 @@ import psycopg
 
 from .._acompat import AEvent, agather, asleep, aspawn
 from .._db_async import AsyncDatabase, translate_errors
+from .._reconnect import reconnect_delay
 from .._retention_async import AsyncRetentionRunner, retention_interval
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
@@ -269,7 +270,7 @@ class AsyncMembership:
     # -- the heartbeat loop -----------------------------------------------------------------
 
     async def _run(self) -> None:
-        backoff = 0.1
+        failures = 0  # in a row
         while not self._stop.is_set():
             try:
                 await self._wait(min(self._next_wait, self._until_poll_due()))
@@ -279,7 +280,7 @@ class AsyncMembership:
                     await self._leave_for_poll_interval()
                     return
                 await self._beat(joining=False)
-                backoff = 0.1
+                failures = 0
             except InstanceFenced as exc:
                 self.fence(exc)
                 await self._close_listener()
@@ -288,7 +289,10 @@ class AsyncMembership:
             except (psycopg.Error, PostroomError) as exc:
                 if self._db.pool.closed:
                     return  # the client was closed under a consumer left open
-                log.warning(
+                failures += 1
+                backoff = reconnect_delay(failures)
+                log.log(
+                    logging.WARNING if failures == 1 else logging.DEBUG,
                     "member %s of group %s: heartbeat failed (%s); retrying in %.1f s",
                     self.member_id,
                     self.group,
@@ -298,7 +302,6 @@ class AsyncMembership:
                 await self._close_listener()
                 await self._close_connection()
                 await asleep(backoff)
-                backoff = min(backoff * 2, self.session_timeout / 3)
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         """The heartbeat loop's own connection, in autocommit: a heartbeat or an acquire is

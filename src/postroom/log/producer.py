@@ -27,7 +27,7 @@ from .._acompat import (
 from .._db import Database
 from ..errors import BacklogFull, BufferFull, InvalidArgument, ProducerClosed, TopicNotFound
 from .copydata import copy_data, copy_values
-from .errors import log_errors
+from .errors import describe_write, log_errors
 from .metadata import TopicCache, TopicMeta
 from .partitioner import partition_for_key
 from .records import (
@@ -129,10 +129,11 @@ class Appender:
         check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
+        committing = describe_write(values, what)
         while True:
             try:
                 with log_errors():
-                    with self._db.connection(conn) as db_conn:
+                    with self._db.connection(conn, committing=committing) as db_conn:
                         if values:
                             return self._append_values(db_conn, what, conn is not None)
                         return self._append(db_conn, what, conn is not None)

@@ -25,7 +25,7 @@ from .._acompat import (
 from .._db_async import AsyncDatabase
 from ..errors import BacklogFull, BufferFull, InvalidArgument, ProducerClosed, TopicNotFound
 from .copydata import copy_data, copy_values
-from .errors import log_errors
+from .errors import describe_write, log_errors
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .partitioner import partition_for_key
 from .records import (
@@ -127,10 +127,11 @@ class AsyncAppender:
         check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
+        committing = describe_write(values, what)
         while True:
             try:
                 with log_errors():
-                    async with self._db.connection(conn) as db_conn:
+                    async with self._db.connection(conn, committing=committing) as db_conn:
                         if values:
                             return await self._append_values(db_conn, what, conn is not None)
                         return await self._append(db_conn, what, conn is not None)

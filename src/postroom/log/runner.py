@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
+from .._reconnect import reconnect_delay
 from ..errors import DatabaseUnavailable, Fenced, InstanceFenced, PostroomError, TopicExists
 from .consumer import Batch, Consumer
 from .records import Message, TopicPartition
@@ -114,8 +115,9 @@ class Runner:
                     log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
                     failures += 1
-                    wait = min(0.2 * 2 ** min(failures - 1, 10), 10.0)
-                    log.warning(
+                    wait = reconnect_delay(failures)
+                    log.log(
+                        logging.WARNING if failures == 1 else logging.DEBUG,
                         "%s: database unavailable (%s); retrying in %.1f s",
                         sub.name,
                         str(exc).strip().splitlines()[0] if str(exc).strip() else exc,

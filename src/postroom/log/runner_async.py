@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import AEvent, acall_hook, ajoin_all, aspawn, install_stop_handler
+from .._reconnect import reconnect_delay
 from ..errors import DatabaseUnavailable, Fenced, InstanceFenced, PostroomError, TopicExists
 from .consumer_async import AsyncBatch, AsyncConsumer
 from .records import Message, TopicPartition
@@ -112,8 +113,9 @@ class AsyncRunner:
                     log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
                     failures += 1
-                    wait = min(0.2 * 2 ** min(failures - 1, 10), 10.0)
-                    log.warning(
+                    wait = reconnect_delay(failures)
+                    log.log(
+                        logging.WARNING if failures == 1 else logging.DEBUG,
                         "%s: database unavailable (%s); retrying in %.1f s",
                         sub.name,
                         str(exc).strip().splitlines()[0] if str(exc).strip() else exc,

@@ -17,6 +17,7 @@ import psycopg
 
 from .._acompat import Condition, sleep
 from .._db import Database
+from .._reconnect import reconnect_delay
 from .fetcher import Fetcher
 from .outcomes import HeldJobs, Outcome, OutcomeKind, int_array, token_array, unstorable
 from .records import notify_payload
@@ -165,7 +166,7 @@ class Completer:
                 return
             except psycopg.OperationalError as exc:
                 log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
-                sleep(0.2 * 2**attempt)
+                sleep(reconnect_delay(attempt + 1))
         log.error("dropping %d job outcomes: their leases expire and they run again", len(batch))
 
     def _write(

@@ -15,6 +15,7 @@ import psycopg
 
 from .._acompat import ACondition, asleep
 from .._db_async import AsyncDatabase
+from .._reconnect import reconnect_delay
 from .fetcher_async import AsyncFetcher
 from .outcomes import HeldJobs, Outcome, OutcomeKind, int_array, token_array, unstorable
 from .records import notify_payload
@@ -170,7 +171,7 @@ class AsyncCompleter:
                 return
             except psycopg.OperationalError as exc:
                 log.warning("writing %d job outcomes failed (%s); retrying", len(batch), exc)
-                await asleep(0.2 * 2**attempt)
+                await asleep(reconnect_delay(attempt + 1))
         log.error("dropping %d job outcomes: their leases expire and they run again", len(batch))
 
     async def _write(

@@ -20,6 +20,7 @@ import psycopg
 
 from .._acompat import ACondition, ALock
 from .._db_async import AsyncDatabase
+from .._reconnect import reconnect_delay
 from .outcomes import Claimed, HeldJobs
 
 log = logging.getLogger("postroom.worker")
@@ -99,6 +100,7 @@ class AsyncFetcher:
         self._idle = 0
         self._wake = True
         self._next_poll = 0.0
+        self._claim_failures = 0  # in a row: the next claim comes after reconnect_delay
         self._claiming = True
         self._fetch_waiting = False  # the fetch loop waits on _fetch_cond
         # A claim begins when the buffer, less what the slots will take while the claim runs,
@@ -304,7 +306,11 @@ class AsyncFetcher:
                 self._claim_seconds = 0.8 * self._claim_seconds + 0.2 * (now - began)
                 self._buffer.extend(claimed)
                 self._watched_at = now  # the stall watch starts with the new jobs
-                if len(claimed) >= room:
+                if self._claim_failures:
+                    # The database is away: try again soon (it may be back in a moment),
+                    # but not in a busy loop.
+                    self._next_poll = now + reconnect_delay(self._claim_failures)
+                elif len(claimed) >= room:
                     self._wake = True  # probably more due: claim again when there is room
                 else:
                     self._next_poll = time.monotonic() + self._poll_interval * (
@@ -323,6 +329,7 @@ class AsyncFetcher:
                 self._wake_slots()
 
     async def _claim(self, want: int) -> list[Claimed]:
+        sent = time.monotonic()
         try:
             async with self._db.connection() as conn:
                 cur = await conn.execute(
@@ -336,9 +343,14 @@ class AsyncFetcher:
                 )
                 rows = await cur.fetchall()
         except psycopg.Error as exc:
-            log.warning("claim failed, retrying in %.1f s: %s", self._poll_interval, exc)
+            self._claim_failures += 1
+            if self._claim_failures == 1:  # not twice a second while the server is down
+                log.warning("claim failed, retrying: %s", exc)
             return []
+        self._claim_failures = 0
         jobs = [Claimed(*row) for row in rows]
+        deadline = sent + self._lease.total_seconds()
         for job in jobs:
+            job.lease_deadline = deadline
             self._held.add(job)
         return jobs

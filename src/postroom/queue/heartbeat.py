@@ -12,12 +12,14 @@ forgotten), and a running job whose cancellation was requested is interrupted as
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 import psycopg
 
 from .._acompat import Event
 from .._db import Database
+from .._reconnect import reconnect_delay
 from ..errors import JobInterrupted
 from .outcomes import Claimed, HeldJobs, token_array
 
@@ -50,12 +52,14 @@ class Heartbeat:
         self._now.set()
 
     def run(self) -> None:
+        failures = 0  # in a row: the next beat comes sooner, to keep the leases across an outage
         while not self._stopping.is_set():
-            self._now.wait_timeout(self._interval)
+            self._now.wait_timeout(reconnect_delay(failures) if failures else self._interval)
             self._now.clear()
             held = self._held.snapshot()
             if not held or self._stopping.is_set():
                 continue
+            sent = time.monotonic()
             try:
                 with self._db.connection() as conn:
                     cur = conn.execute(
@@ -69,24 +73,33 @@ class Heartbeat:
                     )
                     alive = dict(cur.fetchall())
             except psycopg.Error as exc:
-                log.warning("heartbeat failed: %s", exc)
+                failures += 1
+                if failures == 1:  # not twice a second while the server is down
+                    log.warning("heartbeat failed: %s", exc)
                 continue
-            for job in held:
-                if job.reported:
-                    continue  # its outcome is written as it is (fenced if the lease was lost)
-                if job.id not in alive:
-                    log.warning("lost the lease of job %s (attempt %s)", job.id, job.attempt)
-                    job.interrupt_kind = "lost"
-                    self._held.discard(job)
-                    if job.call is not None:
-                        job.call.interrupt(JobInterrupted("the worker lost the job's lease"))
-                elif alive[job.id] and job.interrupt_kind is None:
+            failures = 0
+            self._apply(held, alive, sent + self._lease.total_seconds())
+
+    def _apply(self, held: list[Claimed], alive: dict[int, bool], deadline: float) -> None:
+        """What a beat learnt: the leases extended (to ``deadline``), lost or cancelled."""
+        for job in held:
+            if job.reported:
+                continue  # its outcome is written as it is (fenced if the lease was lost)
+            if job.id not in alive:
+                log.warning("lost the lease of job %s (attempt %s)", job.id, job.attempt)
+                job.interrupt_kind = "lost"
+                self._held.discard(job)
+                if job.call is not None:
+                    job.call.interrupt(JobInterrupted("the worker lost the job's lease"))
+            else:
+                job.lease_deadline = deadline
+                if alive[job.id] and job.interrupt_kind is None:
                     job.interrupt_kind = "cancel"
                     if job.context is not None:
                         job.context.request_stop("cancelled")
                     if job.call is not None and not job.cooperative:
                         job.call.interrupt(JobInterrupted("cancelled"))
-                self._escalate(job)
+            self._escalate(job)
 
     def _escalate(self, job: Claimed) -> None:
         """Interrupt a cooperative job that was asked to stop and did not within the grace

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import sleep
-from .._db import Database
+from .._db import Database, commit_or_unknown
 from ..errors import (
     InvalidArgument,
     InvalidType,
@@ -37,6 +37,7 @@ from .requests import (
     JobOptions,
     JobRequest,
     batch_columns,
+    describe_jobs,
     encode_args,
     job_options,
     split_options,
@@ -221,12 +222,16 @@ class Jobs(JobAdmin):
             return []
         queues: set[str] = set()
         keyed = False
-        with self.db.connection(conn) as db_conn:
+        sent: list[tuple[list[JobRequest], psycopg.Cursor[Any]]] = []
+
+        def committing() -> str:
+            return describe_jobs([r for chunk, _ in sent for r in chunk])
+
+        with self.db.connection(conn, committing=committing) as db_conn:
             # One pipeline: every statement of the batch is sent without waiting for the one
             # before, so the server inserts a chunk while this side prepares the next.
             try:
                 with db_conn.pipeline():
-                    sent = []
                     for chunk in _chunks(requests):
                         queues.update([r.options.queue for r in chunk])
                         keyed = keyed or any(r.options.unique_key is not None for r in chunk)
@@ -241,7 +246,7 @@ class Jobs(JobAdmin):
                     if conn is None and not keyed:
                         # Our own transaction, and no taken key to look up once the rows are
                         # in: the commit goes out with the inserts, one round trip in all.
-                        db_conn.commit()
+                        commit_or_unknown(db_conn, committing)
                     stored = [self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).

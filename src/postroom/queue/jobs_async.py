@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import asleep
-from .._db_async import AsyncDatabase
+from .._db_async import AsyncDatabase, commit_or_unknown
 from ..errors import (
     InvalidArgument,
     InvalidType,
@@ -35,6 +35,7 @@ from .requests import (
     JobOptions,
     JobRequest,
     batch_columns,
+    describe_jobs,
     encode_args,
     job_options,
     split_options,
@@ -219,12 +220,16 @@ class AsyncJobs(AsyncJobAdmin):
             return []
         queues: set[str] = set()
         keyed = False
-        async with self.db.connection(conn) as db_conn:
+        sent: list[tuple[list[JobRequest], psycopg.AsyncCursor[Any]]] = []
+
+        def committing() -> str:
+            return describe_jobs([r for chunk, _ in sent for r in chunk])
+
+        async with self.db.connection(conn, committing=committing) as db_conn:
             # One pipeline: every statement of the batch is sent without waiting for the one
             # before, so the server inserts a chunk while this side prepares the next.
             try:
                 async with db_conn.pipeline():
-                    sent = []
                     for chunk in _chunks(requests):
                         queues.update([r.options.queue for r in chunk])
                         keyed = keyed or any(r.options.unique_key is not None for r in chunk)
@@ -239,7 +244,7 @@ class AsyncJobs(AsyncJobAdmin):
                     if conn is None and not keyed:
                         # Our own transaction, and no taken key to look up once the rows are
                         # in: the commit goes out with the inserts, one round trip in all.
-                        await db_conn.commit()
+                        await commit_or_unknown(db_conn, committing)
                     stored = [await self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).

@@ -12,6 +12,7 @@ import psycopg
 
 from .._acompat import Event
 from .._db import Database
+from .._reconnect import reconnect_delay
 from .fetcher import Fetcher
 from .heartbeat import Heartbeat
 from .records import notify_payload
@@ -40,13 +41,17 @@ class Listener:
         self._stopping = stopping
 
     def run(self) -> None:
+        failures = 0
         while not self._stopping.is_set():
             try:
                 conn = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
             except psycopg.Error as exc:
-                log.warning("LISTEN connection failed, polling meanwhile: %s", exc)
-                self._stopping.wait_timeout(self._poll_interval)
+                failures += 1
+                if failures == 1:
+                    log.warning("LISTEN connection failed, polling meanwhile: %s", exc)
+                self._stopping.wait_timeout(reconnect_delay(failures))
                 continue
+            failures = 0
             try:
                 conn.execute(self._db.q("listen_jobs"))
                 self._fetcher.wake()  # jobs may have arrived while not listening

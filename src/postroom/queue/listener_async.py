@@ -10,6 +10,7 @@ import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
+from .._reconnect import reconnect_delay
 from .fetcher_async import AsyncFetcher
 from .heartbeat_async import AsyncHeartbeat
 from .records import notify_payload
@@ -38,13 +39,17 @@ class AsyncListener:
         self._stopping = stopping
 
     async def run(self) -> None:
+        failures = 0
         while not self._stopping.is_set():
             try:
                 conn = await psycopg.AsyncConnection.connect(self._db.conninfo, autocommit=True)
             except psycopg.Error as exc:
-                log.warning("LISTEN connection failed, polling meanwhile: %s", exc)
-                await self._stopping.wait_timeout(self._poll_interval)
+                failures += 1
+                if failures == 1:
+                    log.warning("LISTEN connection failed, polling meanwhile: %s", exc)
+                await self._stopping.wait_timeout(reconnect_delay(failures))
                 continue
+            failures = 0
             try:
                 await conn.execute(self._db.q("listen_jobs"))
                 await self._fetcher.wake()  # jobs may have arrived while not listening

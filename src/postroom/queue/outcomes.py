@@ -3,6 +3,7 @@ of which outcome a finished call gets. No I/O; shared by the async worker and it
 
 from __future__ import annotations
 
+import math
 import os
 import sysconfig
 import traceback
@@ -53,6 +54,11 @@ class Claimed:
     started: bool = False
     reported: bool = False
     interrupt_kind: InterruptKind | None = None
+    lease_deadline: float = math.inf
+    """When its lease runs out at the earliest, on this process's monotonic clock: the claim
+    (or the last heartbeat that extended it) was sent at ``lease_deadline - lease``, and the
+    server counts the lease from when it ran the statement, later. A job still buffered past
+    it is no longer this worker's: another worker may have taken it."""
 
 
 @dataclass(eq=False)

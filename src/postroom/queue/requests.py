@@ -221,3 +221,17 @@ def batch_columns(chunk: list[JobRequest]) -> dict[str, list[Any]]:
 def _shared(values: list[Any]) -> list[Any]:
     """``values``, or its one value when all are equal (list.count compares in C)."""
     return values[:1] if values.count(values[0]) == len(values) else values
+
+
+def describe_jobs(requests: list[JobRequest]) -> str:
+    """What an enqueue commits, for :class:`CommitUnknown`: the count, kinds and unique keys
+    (the keys to enqueue again with, at most the first ten named)."""
+    kinds = sorted({r.kind for r in requests})
+    keys = [r.options.unique_key for r in requests if r.options.unique_key is not None]
+    text = f"{len(requests)} job{'' if len(requests) == 1 else 's'} ({', '.join(kinds)})"
+    if keys:
+        shown = ", ".join(repr(k) for k in keys[:10])
+        text += f" with unique keys {shown}{', ...' if len(keys) > 10 else ''}"
+    else:
+        text += " without unique keys"
+    return text

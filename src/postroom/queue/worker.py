@@ -32,7 +32,6 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from .._acompat import (
     Event,
@@ -43,7 +42,7 @@ from .._acompat import (
     sleep,
     spawn,
 )
-from .._db import Database
+from .._db import Database, ReconnectingPool, check_pooled
 from .._retention import RetentionRunner, retention_interval
 from ..errors import InvalidArgument, JobInterrupted, PermissionDenied, WorkerCrashed
 from . import joblog
@@ -52,7 +51,7 @@ from .fetcher import AUTO_PREFETCH_MAX, Fetcher
 from .heartbeat import Heartbeat
 from .jobs import Jobs
 from .listener import Listener
-from .outcomes import HeldJobs, Outcome
+from .outcomes import Claimed, HeldJobs, Outcome
 from .records import check_queues, check_seconds
 from .rescuer import Rescuer
 from .runner import Runner
@@ -332,7 +331,7 @@ class Worker:
                 self._crash.__cause__ = exc
             self.stop()
 
-    def _pool(self) -> ConnectionPool:
+    def _pool(self) -> ReconnectingPool:
         # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;
         # multi-statement writes open a transaction explicitly.
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -344,12 +343,14 @@ class Worker:
             if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
                 conn.execute(session)
 
-        return ConnectionPool(
+        return ReconnectingPool(
             self._jobs.db.conninfo,
             min_size=1,
             max_size=5,
             kwargs=kwargs,
             configure=configure,
+            # After an outage the idle connections are dead: replaced before a claim meets one.
+            check=check_pooled,
             open=False,
             name=f"postroom-worker-{self.name}",
         )
@@ -411,6 +412,19 @@ class Worker:
 
     # -- running jobs -----------------------------------------------------------------------
 
+    def _drop_expired(self, job: Claimed) -> None:
+        """A buffered job whose lease ran out before a slot took it (the worker was paused, or
+        starved): another worker may run it already, so it is not started here. Its release is
+        written back fenced by worker and attempt: it changes nothing if the job was taken,
+        and makes it ready at once (attempt given back) if not."""
+        assert self._completer is not None
+        log.warning(
+            "job %s (attempt %s): its lease ran out before it started; not running it",
+            job.id,
+            job.attempt,
+        )
+        self._completer.report(Outcome(job, "release"))
+
     def _slot_loop(self) -> None:
         assert self._fetcher is not None and self._completer is not None
         assert self._runner is not None
@@ -421,6 +435,9 @@ class Worker:
             job = fetcher.next_job()
             if job is None:
                 return
+            if clock() >= job.lease_deadline:
+                self._drop_expired(job)
+                continue
             logged = joblog.enabled()
             if logged:
                 joblog.started(job)

@@ -30,7 +30,6 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from .._acompat import (
     AEvent,
@@ -41,7 +40,7 @@ from .._acompat import (
     aspawn,
     install_stop_handler,
 )
-from .._db_async import AsyncDatabase
+from .._db_async import AsyncDatabase, AsyncReconnectingPool, check_pooled
 from .._retention_async import AsyncRetentionRunner, retention_interval
 from ..errors import InvalidArgument, JobInterrupted, PermissionDenied, WorkerCrashed
 from . import joblog
@@ -50,7 +49,7 @@ from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher
 from .heartbeat_async import AsyncHeartbeat
 from .jobs_async import AsyncJobs
 from .listener_async import AsyncListener
-from .outcomes import HeldJobs, Outcome
+from .outcomes import Claimed, HeldJobs, Outcome
 from .records import check_queues, check_seconds
 from .rescuer_async import AsyncRescuer
 from .runner_async import AsyncRunner
@@ -332,7 +331,7 @@ class AsyncWorker:
                 self._crash.__cause__ = exc
             self.stop()
 
-    def _pool(self) -> AsyncConnectionPool:
+    def _pool(self) -> AsyncReconnectingPool:
         # Autocommit: a claim, heartbeat or rescue is one statement and one round trip;
         # multi-statement writes open a transaction explicitly.
         kwargs: dict[str, Any] = {"autocommit": True}
@@ -344,12 +343,14 @@ class AsyncWorker:
             if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
                 await conn.execute(session)
 
-        return AsyncConnectionPool(
+        return AsyncReconnectingPool(
             self._jobs.db.conninfo,
             min_size=1,
             max_size=5,
             kwargs=kwargs,
             configure=configure,
+            # After an outage the idle connections are dead: replaced before a claim meets one.
+            check=check_pooled,
             open=False,
             name=f"postroom-worker-{self.name}",
         )
@@ -411,6 +412,19 @@ class AsyncWorker:
 
     # -- running jobs -----------------------------------------------------------------------
 
+    async def _drop_expired(self, job: Claimed) -> None:
+        """A buffered job whose lease ran out before a slot took it (the worker was paused, or
+        starved): another worker may run it already, so it is not started here. Its release is
+        written back fenced by worker and attempt: it changes nothing if the job was taken,
+        and makes it ready at once (attempt given back) if not."""
+        assert self._completer is not None
+        log.warning(
+            "job %s (attempt %s): its lease ran out before it started; not running it",
+            job.id,
+            job.attempt,
+        )
+        await self._completer.report(Outcome(job, "release"))
+
     async def _slot_loop(self) -> None:
         assert self._fetcher is not None and self._completer is not None
         assert self._runner is not None
@@ -430,6 +444,9 @@ class AsyncWorker:
             job = await fetcher.next_job()
             if job is None:
                 return
+            if clock() >= job.lease_deadline:
+                await self._drop_expired(job)
+                continue
             logged = joblog.enabled()
             if logged:
                 joblog.started(job)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
+from .._reconnect import reconnect_delay
 from ..errors import (
     DatabaseUnavailable,
     Fenced,
@@ -192,7 +193,8 @@ class AsyncRelay:
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
                     self._db_failures += 1
                     self._note(f"database unavailable, retrying: {exc}")
-                    await self._sleep(self.backoff.delay(self._db_failures))
+                    # Not the sink's backoff: the database is tried again within 0.5 s.
+                    await self._sleep(reconnect_delay(self._db_failures))
         finally:
             await self.sink.close()
 
