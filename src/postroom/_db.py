@@ -66,7 +66,7 @@ class Database:
                     yield pooled
             return
         raw = caller_connection(conn)
-        with translate_errors(self.schema):
+        with translate_errors(self.schema), server_side_binding(raw):
             if raw.autocommit:
                 with raw.transaction():
                     yield raw
@@ -128,6 +128,25 @@ def caller_connection(conn: object) -> psycopg.Connection[Any]:
         conn.ensure_connection()  # Django: opens its connection if not yet open
     raw: psycopg.Connection[Any] = unwrap_connection(conn, psycopg.Connection)
     return raw
+
+
+@contextmanager
+def server_side_binding(raw: psycopg.Connection[Any]) -> Iterator[None]:
+    """The caller's connection with psycopg's own cursors while postroom uses it. A connection
+    made with client-side binding cursors (``cursor_factory=ClientCursor``: Django's psycopg
+    backend does so unless ``server_side_binding`` is set) cannot run postroom's statements,
+    which send binary parameters (``%b``) and read binary results; its factory is put back when
+    the block ends, so the caller's own cursors are as it made them. The caller must not use
+    the connection from another thread or task meanwhile (psycopg forbids that anyway)."""
+    factory = raw.cursor_factory
+    if not issubclass(factory, psycopg.ClientCursor):
+        yield
+        return
+    raw.cursor_factory = psycopg.Cursor
+    try:
+        yield
+    finally:
+        raw.cursor_factory = factory
 
 
 def unwrap_connection(conn: object, expected: type[Any]) -> Any:

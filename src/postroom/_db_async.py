@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import select
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
@@ -64,7 +64,7 @@ class AsyncDatabase:
                     yield pooled
             return
         raw = await caller_connection_async(conn)
-        with translate_errors(self.schema):
+        with translate_errors(self.schema), server_side_binding(raw):
             if raw.autocommit:
                 async with raw.transaction():
                     yield raw
@@ -128,6 +128,25 @@ async def caller_connection_async(conn: object) -> psycopg.AsyncConnection[Any]:
         conn.ensure_connection()  # Django: opens its connection if not yet open
     raw: psycopg.AsyncConnection[Any] = unwrap_connection(conn, psycopg.AsyncConnection)
     return raw
+
+
+@contextmanager
+def server_side_binding(raw: psycopg.AsyncConnection[Any]) -> Iterator[None]:
+    """The caller's connection with psycopg's own cursors while postroom uses it. A connection
+    made with client-side binding cursors (``cursor_factory=ClientCursor``: Django's psycopg
+    backend does so unless ``server_side_binding`` is set) cannot run postroom's statements,
+    which send binary parameters (``%b``) and read binary results; its factory is put back when
+    the block ends, so the caller's own cursors are as it made them. The caller must not use
+    the connection from another thread or task meanwhile (psycopg forbids that anyway)."""
+    factory = raw.cursor_factory
+    if not issubclass(factory, psycopg.AsyncClientCursor):
+        yield
+        return
+    raw.cursor_factory = psycopg.AsyncCursor
+    try:
+        yield
+    finally:
+        raw.cursor_factory = factory
 
 
 def unwrap_connection(conn: object, expected: type[Any]) -> Any:
