@@ -95,8 +95,9 @@ def demo(
     started = time.monotonic()
     if demo_schema in {"postroom", settings(ctx).schema}:
         raise InvalidArgument(
-            f"--demo-schema {demo_schema!r} is a postroom schema for real topics: the demo drops "
-            "its schema on every run; choose another (the default is postroom_demo)"
+            f"--demo-schema {demo_schema!r} names the postroom schema for real topics (the demo "
+            "drops its schema on every run): refusing to drop it; choose another (the default "
+            "is postroom_demo)"
         )
     with open_client(ctx, schema=demo_schema) as client:
         _fresh_schema(client)
