@@ -192,7 +192,10 @@ class translate_errors:
                 f"({first_line}): run `postroom init` or client.migrate()"
             ) from exc
         if isinstance(exc, pg_errors.InvalidSchemaName):
-            raise SchemaNotReady(f"{exc}: run `postroom init` or client.migrate()") from exc
+            raise SchemaNotReady(
+                f"{_first_line(exc)}: the postroom schema {self._schema!r} is not installed; "
+                "run `postroom init` or client.migrate()"
+            ) from exc
         if isinstance(exc, pg_errors.NumericValueOutOfRange):
             raise InvalidArgument(str(exc)) from exc
         if isinstance(exc, pg_errors.InsufficientPrivilege) and not isinstance(

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
-from ..errors import DatabaseUnavailable, Fenced, PostroomError, TopicExists
+from ..errors import DatabaseUnavailable, Fenced, PostroomError, SchemaNotReady, TopicExists
 from .consumer import Batch, Consumer
 from .records import Message, TopicPartition
 from .subscription import Subscription
@@ -80,6 +80,8 @@ class Runner:
                     self._client.create_topic(sub.dead_letter_for(topic))
                 except TopicExists:
                     pass
+                except SchemaNotReady:
+                    raise  # nothing can run: one clear error, before any member starts
                 except (psycopg.Error, PostroomError) as exc:  # e.g. a consumer-only role
                     log.warning("cannot create dead-letter topic for %s: %s", topic, exc)
 
@@ -116,9 +118,14 @@ class Runner:
                         wait,
                     )
                     self._stop.wait_timeout(wait)
+        except Exception as exc:  # noqa: BLE001 - kept, and raised by run()
+            # One member cannot go on: stop them all; run() raises the first error, so it is
+            # reported once, by the caller, not also as a thread's or task's traceback.
+            self._errors.append(exc)
+            self._stop.set()
         except BaseException as exc:
             self._errors.append(exc)
-            self._stop.set()  # one member cannot go on: stop them all, the process exits
+            self._stop.set()
             raise
         finally:
             if consumer is not None:
