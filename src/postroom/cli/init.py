@@ -34,3 +34,27 @@ def init(
         for name in applied:
             console.print(f"applied {name}")
         console.print(f"schema {client.schema!r} is up to date")
+
+
+def grant(
+    ctx: typer.Context,
+    role: Annotated[str, typer.Argument(help="An existing database role.")],
+    capabilities: Annotated[
+        list[str],
+        typer.Argument(help="One or more of producer, consumer, enqueuer, worker, admin."),
+    ],
+    groups: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="With consumer: share these consumer groups with ROLE, or reserve them for it "
+            "(repeat).",
+        ),
+    ] = None,
+) -> None:
+    """Grant ROLE what the CAPABILITIES need, and nothing more (run as the schema owner, after
+    `postroom init`); see README's Security section."""
+    with open_client(ctx) as client:
+        client.grant(role, *capabilities, groups=groups)
+    console.print(f"granted {role!r}: {', '.join(capabilities)} on schema {client.schema!r}")

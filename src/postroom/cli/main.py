@@ -43,7 +43,7 @@ class _Root(TyperGroup):
         try:
             return super().invoke(ctx)
         except PostroomError as exc:
-            raise fail(str(exc)) from None
+            raise fail(exc.cli or str(exc)) from None
         except psycopg.Error as exc:
             raise fail(database_error(exc)) from None
 
@@ -55,7 +55,7 @@ def database_error(exc: psycopg.Error) -> str:
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return (
             f"{first}: this role may not do that; connect (--url) as a role granted it "
-            "(client.grant(role, ...), see README's Security section)"
+            "(`postroom grant ROLE CAPABILITY` as the schema owner; README's Security section)"
         )
     code = f" [SQLSTATE {exc.sqlstate}]" if exc.sqlstate else ""
     return f"database error: {first}{code}"
@@ -111,6 +111,7 @@ def _root(
 
 # -- command groups: one line each ---------------------------------------------------------
 app.command("init")(init.init)
+app.command("grant")(init.grant)
 app.add_typer(topics.app, name="topic")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)

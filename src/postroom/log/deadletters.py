@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, TopicNotFound
 from .records import Message, check_name
 from .subscription import DLQ_SUFFIX
 
@@ -25,10 +25,23 @@ class DeadLetters:
     def __init__(self, client: Any) -> None:
         self._client = client
 
+    def _exists(self, topic: str) -> bool:
+        """Whether ``topic``'s dead-letter topic exists. None yet (nothing failed, or no runner
+        started) is no error when the source topic exists; raises TopicNotFound if neither
+        does."""
+        try:
+            self._client.describe_topic(dead_letter_topic(topic))
+        except TopicNotFound:
+            self._client.describe_topic(topic.removesuffix(DLQ_SUFFIX))
+            return False
+        return True
+
     def list(self, topic: str, limit: int) -> list[Message]:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise InvalidArgument(f"invalid limit {limit!r}: an integer >= 1")
         found: list[Message] = []
+        if not self._exists(topic):
+            return found
         with self._client.consumer(None, dead_letter_topic(topic)) as peek:
             while len(found) < limit:
                 batch = peek.poll(timeout=0, max_messages=limit - len(found))
@@ -41,6 +54,8 @@ class DeadLetters:
         """Republish each dead letter once: the cursor of ``group`` on the dead-letter topic
         advances in the transaction that publishes (transactional consumption)."""
         replayed = 0
+        if not self._exists(topic):
+            return replayed
         source_default = topic.removesuffix(DLQ_SUFFIX)
         dlq = dead_letter_topic(topic)
         meta = self._client.describe_topic(dlq)

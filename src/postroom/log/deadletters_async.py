@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, TopicNotFound
 from .records import Message, check_name
 from .subscription import DLQ_SUFFIX
 
@@ -23,10 +23,23 @@ class AsyncDeadLetters:
     def __init__(self, client: Any) -> None:
         self._client = client
 
+    async def _exists(self, topic: str) -> bool:
+        """Whether ``topic``'s dead-letter topic exists. None yet (nothing failed, or no runner
+        started) is no error when the source topic exists; raises TopicNotFound if neither
+        does."""
+        try:
+            await self._client.describe_topic(dead_letter_topic(topic))
+        except TopicNotFound:
+            await self._client.describe_topic(topic.removesuffix(DLQ_SUFFIX))
+            return False
+        return True
+
     async def list(self, topic: str, limit: int) -> list[Message]:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise InvalidArgument(f"invalid limit {limit!r}: an integer >= 1")
         found: list[Message] = []
+        if not await self._exists(topic):
+            return found
         async with self._client.consumer(None, dead_letter_topic(topic)) as peek:
             while len(found) < limit:
                 batch = await peek.poll(timeout=0, max_messages=limit - len(found))
@@ -39,6 +52,8 @@ class AsyncDeadLetters:
         """Republish each dead letter once: the cursor of ``group`` on the dead-letter topic
         advances in the transaction that publishes (transactional consumption)."""
         replayed = 0
+        if not await self._exists(topic):
+            return replayed
         source_default = topic.removesuffix(DLQ_SUFFIX)
         dlq = dead_letter_topic(topic)
         meta = await self._client.describe_topic(dlq)
