@@ -24,9 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 import postroom
+from postroom import embedded
 from postroom.errors import GroupNotFound, InvalidArgument, SchemaNotReady
 
-from .common import console, open_client, settings
+from .common import console, note, open_client, settings
 
 TOPIC = "orders"
 PARTITIONS = 4
@@ -131,6 +132,12 @@ def demo(
         f"explore: postroom --schema {demo_schema} group describe analytics\n"
         f"         psql: SELECT * FROM {demo_schema}.messages_view LIMIT 5;"
     )
+    if embedded.in_use(settings(ctx).url):
+        where = embedded.location()
+        note(
+            f"the embedded PostgreSQL keeps running ({where.listens_on}): connect with "
+            f"`{where.psql}`, stop it with `postroom embedded stop`"
+        )
 
 
 def _fresh_schema(client: postroom.Client) -> None:
