@@ -31,10 +31,10 @@ from ..errors import (
     InvalidArgument,
     MessageRejected,
     SinkUnavailable,
-    TopicExists,
     TopicNotFound,
 )
 from ..log.deadletters_async import HEADER_PREFIX as DLQ_PREFIX
+from ..log.deadletters_async import REPLAY_GROUP, replay_for_another_group
 from ..log.records import Message, TopicPartition, check_member_id, check_name
 from ..log.subscription import DLQ_SUFFIX
 from ..queue.backoff import Backoff
@@ -329,14 +329,22 @@ class AsyncRelay:
         routed: list[Outbound | MessageRejected] = []
         route = self.route
         ends: dict[tuple[str, int], int] = {}  # plain tuples: a TopicPartition per message cost
+        kept = messages
         for message in messages:
+            ends[message.topic, message.partition] = message.offset + 1
+            if REPLAY_GROUP in message.headers and replay_for_another_group(message, self.group):
+                # A dead letter's replay for another group: passed over, committed unsent.
+                if kept is messages:
+                    kept = messages[: len(routed)]
+                continue
+            if kept is not messages:
+                kept.append(message)
             try:
                 routed.append(route(message))
             except MessageRejected as exc:
                 routed.append(exc)
-            ends[message.topic, message.partition] = message.offset + 1
         offsets = {TopicPartition(t, p): end for (t, p), end in ends.items()}
-        return _Batch(messages, routed, offsets)
+        return _Batch(kept, routed, offsets)
 
     async def _carry(self, consumer: Any, batch: _Batch) -> bool:
         """Deliver ``batch`` and commit it once acknowledged; True if the commit was refused
@@ -420,28 +428,17 @@ class AsyncRelay:
 
     async def _dead_letter(self, message: Message, error: str, attempts: int) -> None:
         topic = self.dead_letter_topic.format(topic=message.topic)
-        headers = dict(message.headers)
-        headers.update(
-            {
-                DLQ_PREFIX + "topic": message.topic,
-                DLQ_PREFIX + "partition": str(message.partition),
-                DLQ_PREFIX + "offset": str(message.offset),
-                DLQ_PREFIX + "id": message.id,
-                DLQ_PREFIX + "attempts": str(attempts),
-                DLQ_PREFIX + "error": error[:MAX_ERROR_CHARS],
-                DLQ_PREFIX + "sink": self.sink.description,
-            }
-        )
         log.error("relay %s: %s dead-lettered to %s: %s", self.group, message.id, topic, error)
-        try:
-            await self._client.publish(topic, message.value, key=message.key, headers=headers)
-        except TopicNotFound:
-            try:
-                await self._client.create_topic(topic)
-            except TopicExists:
-                pass  # another relay created it meanwhile
-            await self._client.publish(topic, message.value, key=message.key, headers=headers)
-        self.counters.dead_lettered += 1
+        letter: dict[str, Any] = {
+            "group": self.group,
+            "error": error[:MAX_ERROR_CHARS],
+            "attempts": attempts,
+            "topic": topic,
+            "headers": {DLQ_PREFIX + "sink": self.sink.description},
+        }
+        # False: another relay that handled the same message wrote it already.
+        if await self._client.dead_letter(message, **letter):  # creates the topic if missing
+            self.counters.dead_lettered += 1
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:
