@@ -158,13 +158,18 @@ class AsyncClient(AsyncQueueFacade):
         *,
         max_lag: int | None = None,
         group_ttl: timedelta | None = None,
-    ) -> None:
-        """Create a topic; raises :class:`TopicExists` if the name is taken.
+        if_not_exists: bool = False,
+    ) -> bool:
+        """Create a topic; returns True. Raises :class:`TopicExists` if the name is taken, or
+        with ``if_not_exists=True`` returns False and changes nothing (the existing topic keeps
+        its settings), so a script can run twice.
 
         ``max_lag`` (messages, off by default) refuses writes with :class:`BacklogFull` while
         the slowest active group of a partition is that far behind; ``group_ttl`` (default 7
         days) is how long a group without members or commits stays active. docs/log.md."""
-        await self._admin.create_topic(name, partitions, retention, max_lag, group_ttl)
+        return await self._admin.create_topic(
+            name, partitions, retention, max_lag, group_ttl, if_not_exists
+        )
 
     async def alter_topic(
         self,
