@@ -486,7 +486,8 @@ def test_entry_point_prints_one_red_line_and_exits_1(dsn: str) -> None:
         check=False,
     )
     assert result.returncode == 1
-    assert result.stderr == "error: unknown topic 'missing': create it with create_topic()\n"
+    advice = "create it with `postroom topic create missing`"
+    assert result.stderr == f"error: unknown topic 'missing': {advice}\n"
     assert result.stdout == ""
 
 

@@ -127,6 +127,6 @@ def test_group_and_dlq_commands_name_bad_input(client: postroom.Client, dsn: str
     unknown = run(dsn, "group", "describe", "nobody")
     assert unknown.exit_code == 1 and "unknown consumer group 'nobody'" in unknown.output
     missing = run(dsn, "dlq", "list", "nope")
-    assert missing.exit_code == 1 and "unknown topic 'nope.dlq'" in missing.output
+    assert missing.exit_code == 1 and "unknown topic 'nope'" in missing.output
     bad = run(dsn, "dlq", "list", "bad name!")
     assert bad.exit_code == 1 and "invalid topic name" in bad.output

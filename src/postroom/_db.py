@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import select
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +46,9 @@ class Database:
         self.pool = pool
         self.conninfo = conninfo
         self.schema = schema
+        self.topic_names: dict[int, str] = {}
+        """Names of the topics looked up through this handle, by id: errors raised by SQL
+        functions name a topic by its id, and ``translate_errors`` puts the name back."""
         # Statements with placeholders other than {schema} (grants) are rendered per call.
         self._rendered = {
             name: _sql.render(text, schema)
@@ -74,7 +78,7 @@ class Database:
         block runs in a transaction of its own so a batch is still all or nothing.
         """
         if conn is None:
-            with translate_errors(self.schema):
+            with translate_errors(self.schema, self.topic_names):
                 pooled = self.pool.getconn()
                 try:
                     try:
@@ -87,7 +91,7 @@ class Database:
                     self.pool.putconn(pooled)
             return
         raw = caller_connection(conn)
-        with translate_errors(self.schema):
+        with translate_errors(self.schema, self.topic_names), server_side_binding(raw):
             if raw.autocommit:
                 with raw.transaction():
                     yield raw
@@ -239,6 +243,25 @@ def caller_connection(conn: object) -> psycopg.Connection[Any]:
     return raw
 
 
+@contextmanager
+def server_side_binding(raw: psycopg.Connection[Any]) -> Iterator[None]:
+    """The caller's connection with psycopg's own cursors while postroom uses it. A connection
+    made with client-side binding cursors (``cursor_factory=ClientCursor``: Django's psycopg
+    backend does so unless ``server_side_binding`` is set) cannot run postroom's statements,
+    which send binary parameters (``%b``) and read binary results; its factory is put back when
+    the block ends, so the caller's own cursors are as it made them. The caller must not use
+    the connection from another thread or task meanwhile (psycopg forbids that anyway)."""
+    factory = raw.cursor_factory
+    if not issubclass(factory, psycopg.ClientCursor):
+        yield
+        return
+    raw.cursor_factory = psycopg.Cursor
+    try:
+        yield
+    finally:
+        raw.cursor_factory = factory
+
+
 def unwrap_connection(conn: object, expected: type[Any]) -> Any:
     """The psycopg connection inside ``conn``: psycopg itself, SQLAlchemy or Django wrappers."""
     # Looked up one at a time, first match wins: reading a wrapper's deprecated attribute
@@ -266,8 +289,9 @@ class translate_errors:
     schema is not installed (or older than this version), whatever its name.
     """
 
-    def __init__(self, schema: str = "postroom") -> None:
+    def __init__(self, schema: str = "postroom", topic_names: dict[int, str] | None = None) -> None:
         self._schema = schema
+        self._topic_names = topic_names or {}
 
     def __enter__(self) -> None:
         return None
@@ -276,39 +300,58 @@ class translate_errors:
         if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction) and (
             f"{self._schema}." in str(exc) or "schema_migrations" in str(exc)
         ):
-            first_line = str(exc).strip().splitlines()[0]
-            raise SchemaNotReady(
+            why = (
                 f"the postroom schema {self._schema!r} is not installed or out of date "
-                f"({first_line}): run `postroom init` or client.migrate()"
-            ) from exc
+                f"({_first_line(exc)}): run `postroom init`"
+            )
+            raise SchemaNotReady(f"{why} or client.migrate()", cli=why) from exc
         if isinstance(exc, pg_errors.InvalidSchemaName):
-            raise SchemaNotReady(f"{exc}: run `postroom init` or client.migrate()") from exc
+            why = (
+                f"{_first_line(exc)}: the postroom schema {self._schema!r} is not installed; "
+                "run `postroom init`"
+            )
+            raise SchemaNotReady(f"{why} or client.migrate()", cli=why) from exc
         if isinstance(exc, pg_errors.NumericValueOutOfRange):
             raise InvalidArgument(str(exc)) from exc
         if isinstance(exc, pg_errors.InsufficientPrivilege) and not isinstance(
             exc, PermissionDenied
         ):
-            first_line = str(exc).strip().splitlines()[0]
+            first_line = _first_line(exc)
             hint = exc.diag.message_hint  # postroom's own refusals say what to do instead
+            if hint:
+                raise PermissionDenied(f"{first_line}: {hint}") from exc
+            lacks = f"{first_line}: the database role of this connection lacks the right; grant"
             raise PermissionDenied(
-                f"{first_line}: {hint}"
-                if hint
-                else f"{first_line}: the database role of this connection lacks the right; grant "
-                "it the capability it needs as the schema owner (client.grant(role, 'producer' | "
-                "'consumer' | 'enqueuer' | 'worker' | 'admin'))"
+                f"{lacks} it the capability it needs as the schema owner (client.grant(role, "
+                "'producer' | 'consumer' | 'enqueuer' | 'worker' | 'admin'))",
+                cli=f"{lacks} it the capability it needs, connected as the schema owner: "
+                "`postroom grant ROLE producer|consumer|enqueuer|worker|admin`",
             ) from exc
         # SQLSTATEs raised by postroom's own functions (migration 0004).
         sqlstate = getattr(exc, "sqlstate", None)
         if exc is None:
             return
         if sqlstate == "PRF01":
-            raise Fenced(_first_line(exc)) from exc
+            raise Fenced(self._named(exc)) from exc
         if sqlstate == "PRF02":
-            raise InstanceFenced(_first_line(exc)) from exc
+            raise InstanceFenced(self._named(exc)) from exc
         if sqlstate == "PRB01":
-            raise BacklogFull(_first_line(exc)) from exc
+            raise BacklogFull(self._named(exc)) from exc
         if sqlstate == "PRO01":
-            raise OffsetOutOfRange(_first_line(exc)) from exc
+            raise OffsetOutOfRange(self._named(exc)) from exc
+
+    def _named(self, exc: BaseException) -> str:
+        """The error's first line, with "topic id N" as "topic 'name'" where the name is known
+        (the SQL functions take topic ids; people know topics by name)."""
+
+        def name(match: re.Match[str]) -> str:
+            known = self._topic_names.get(int(match.group(1)))
+            return match.group(0) if known is None else f"topic {known!r}"
+
+        return _TOPIC_ID.sub(name, _first_line(exc))
+
+
+_TOPIC_ID = re.compile(r"topic id (\d+)")
 
 
 def _first_line(exc: BaseException) -> str:

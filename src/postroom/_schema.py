@@ -17,7 +17,8 @@ from .queue.records import check_queue
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
-    "consumer": ("grant_consumer", "grant_inbox"),  # grant_inbox: _sql/relay.sql
+    # grant_inbox: _sql/relay.sql; grant_consumer_0021: _sql/deadletters.sql
+    "consumer": ("grant_consumer", "grant_inbox", "grant_consumer_0021"),
     "admin": ("grant_admin",),
     "enqueuer": ("grant_enqueuer",),
     "worker": ("grant_worker",),

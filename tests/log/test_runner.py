@@ -103,6 +103,8 @@ def test_a_poison_message_goes_to_the_dead_letter_topic_and_replays(
             "postroom-dlq-topic": "t",
             "postroom-dlq-partition": "0",
             "postroom-dlq-offset": "1",
+            "postroom-dlq-id": "t/0/1",
+            "postroom-dlq-group": "g",
             "postroom-dlq-attempts": "3",
         }
         assert letter.headers["postroom-dlq-error"] == "ValueError: cannot handle bad\\x00"

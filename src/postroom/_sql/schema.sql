@@ -895,6 +895,25 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}.claim_dead_letter(p_group text, p_message_id text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    claimed boolean;
+
+BEGIN
+    DELETE FROM {schema}.dead_letter_claims d WHERE d.claimed_at < now() - interval '1 day';
+    INSERT INTO {schema}.dead_letter_claims (group_name, message_id)
+    VALUES (p_group, p_message_id)
+    ON CONFLICT DO NOTHING
+    RETURNING true INTO claimed;
+    RETURN coalesce(claimed, false);
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}.claim_jobs(queues text[], max_jobs integer, worker text, lease interval) RETURNS SETOF {schema}.jobs
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1171,6 +1190,91 @@ BEGIN
           AND EXISTS (SELECT FROM batch)
     )
     SELECT b."offset", b.key, b.value, b.headers, b.created_at FROM batch b ORDER BY b."offset";
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}.consume_json(p_group text, p_topic text, p_partition integer DEFAULT NULL::integer, p_limit integer DEFAULT 100) RETURNS TABLE(partition integer, "offset" bigint, key text, value jsonb, headers jsonb, created_at timestamp with time zone)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT c.partition, c."offset", convert_from(c.key, 'UTF8'),
+           convert_from(c.value, 'UTF8')::jsonb, c.headers, c.created_at
+    FROM {schema}.consume_topic(p_group, p_topic, p_partition, p_limit) c;
+
+$$;
+
+CREATE FUNCTION {schema}.consume_text(p_group text, p_topic text, p_partition integer DEFAULT NULL::integer, p_limit integer DEFAULT 100) RETURNS TABLE(partition integer, "offset" bigint, key text, value text, headers jsonb, created_at timestamp with time zone)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT c.partition, c."offset", convert_from(c.key, 'UTF8'), convert_from(c.value, 'UTF8'),
+           c.headers, c.created_at
+    FROM {schema}.consume_topic(p_group, p_topic, p_partition, p_limit) c;
+
+$$;
+
+CREATE FUNCTION {schema}.consume_topic(p_group text, p_topic text, p_partition integer DEFAULT NULL::integer, p_limit integer DEFAULT 100) RETURNS TABLE(partition integer, "offset" bigint, key bytea, value bytea, headers jsonb, created_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    tid integer := {schema}._topic_id(p_topic);
+    r record;
+    remaining integer := p_limit;
+    take integer;
+    chosen integer[] := ARRAY[]::integer[];
+    shares integer[] := ARRAY[]::integer[];
+
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'invalid limit %: must be >= 1', p_limit
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_partition IS NOT NULL THEN
+        RETURN QUERY
+        SELECT p_partition, c."offset", c.key, c.value, c.headers, c.created_at
+        FROM {schema}.consume(p_group, p_topic, p_partition, p_limit) c;
+        RETURN;
+    END IF;
+    -- The backlog of each partition free for SQL consumption, smallest first.
+    FOR r IN
+        WITH free AS (
+            SELECT p.partition AS part,
+                   greatest(p.next_offset - coalesce(
+                       cur.next_offset,
+                       (SELECT min(m."offset") FROM {schema}.messages m
+                        WHERE m.topic_id = tid AND m.partition = p.partition),
+                       p.next_offset), 0) AS backlog
+            FROM {schema}.partitions p
+            LEFT JOIN {schema}.cursors cur
+              ON cur.group_name = p_group AND cur.topic_id = tid AND cur.partition = p.partition
+            WHERE p.topic_id = tid
+              AND NOT EXISTS (
+                  SELECT FROM {schema}.leases l
+                  WHERE l.group_name = p_group AND l.topic_id = tid
+                    AND l.partition = p.partition AND {schema}._member_live(p_group, l.owner))
+        )
+        SELECT f.part, f.backlog,
+               count(*) OVER (ORDER BY f.backlog DESC, f.part DESC) AS still  -- this one on
+        FROM free f WHERE f.backlog > 0
+        ORDER BY f.backlog, f.part
+    LOOP
+        EXIT WHEN remaining <= 0;
+        take := least(r.backlog, ceil(remaining::numeric / r.still))::integer;
+        chosen := chosen || r.part;
+        shares := shares || take;
+        remaining := remaining - take;
+    END LOOP;
+    FOR r IN
+        SELECT s.part, s.take FROM unnest(chosen, shares) AS s(part, take) ORDER BY s.part
+    LOOP
+        RETURN QUERY
+        SELECT r.part, c."offset", c.key, c.value, c.headers, c.created_at
+        FROM {schema}.consume(p_group, p_topic, r.part, r.take) c;
+    END LOOP;
 
 END;
 
@@ -2519,6 +2623,14 @@ CREATE TABLE {schema}.cursors (
 )
 WITH (fillfactor='50');
 
+CREATE TABLE {schema}.dead_letter_claims (
+    group_name text NOT NULL,
+    message_id text NOT NULL,
+    claimed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT dead_letter_claims_group_name_check CHECK ((group_name ~ '^[A-Za-z0-9][A-Za-z0-9._-]{{0,199}}$'::text)),
+    CONSTRAINT dead_letter_claims_message_id_check CHECK (((length(message_id) >= 1) AND (length(message_id) <= 1000)))
+);
+
 CREATE TABLE {schema}.group_roles (
     group_name text NOT NULL,
     role_oid oid NOT NULL,
@@ -2680,6 +2792,9 @@ ALTER TABLE {schema}.topics ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY
 ALTER TABLE ONLY {schema}.cursors
     ADD CONSTRAINT cursors_pkey PRIMARY KEY (group_name, topic_id, partition);
 
+ALTER TABLE ONLY {schema}.dead_letter_claims
+    ADD CONSTRAINT dead_letter_claims_pkey PRIMARY KEY (group_name, message_id);
+
 ALTER TABLE ONLY {schema}.finished_jobs
     ADD CONSTRAINT finished_jobs_pkey PRIMARY KEY (id);
 
@@ -2753,6 +2868,8 @@ ALTER TABLE ONLY {schema}.topics
     ADD CONSTRAINT topics_pkey PRIMARY KEY (id);
 
 CREATE INDEX cursors_partition_idx ON {schema}.cursors USING btree (topic_id, partition, next_offset);
+
+CREATE INDEX dead_letter_claims_claimed_at_idx ON {schema}.dead_letter_claims USING btree (claimed_at);
 
 CREATE INDEX finished_jobs_finished_at_idx ON {schema}.finished_jobs USING brin (finished_at);
 
@@ -2851,6 +2968,8 @@ REVOKE ALL ON FUNCTION {schema}.advance_schedule(schedule_name text, tick timest
 
 REVOKE ALL ON FUNCTION {schema}.claim_batch(p_group text, p_member text, p_topic_ids integer[], p_partitions integer[], p_epochs bigint[], p_limit integer, p_instance text) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}.claim_dead_letter(p_group text, p_message_id text) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.claim_jobs(queues text[], max_jobs integer, worker text, lease interval) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.claim_range(group_name text, topic_ids integer[], partitions integer[], max_messages integer) FROM PUBLIC;
@@ -2866,6 +2985,12 @@ REVOKE ALL ON FUNCTION {schema}.complete_jobs_archived(worker_name text, job_ids
 REVOKE ALL ON FUNCTION {schema}.complete_jobs_deleted(worker_name text, job_ids bigint[], job_tokens uuid[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.consume(p_group text, p_topic text, p_partition integer, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.consume_json(p_group text, p_topic text, p_partition integer, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.consume_text(p_group text, p_topic text, p_partition integer, p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.consume_topic(p_group text, p_topic text, p_partition integer, p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.delete_job_limit(limit_scope text, limit_name text) FROM PUBLIC;
 

@@ -15,6 +15,7 @@ nothing is left, then VACUUM), and timed. Runs in a schema of its own, dropped a
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -150,6 +151,7 @@ def churn(client: postroom.Client, conninfo: str, settings: Settings) -> dict[st
             while True:
                 elapsed = time.monotonic() - started
                 samples.append({"t": round(elapsed, 1), **sample(conn)})
+                _progress(samples[-1], settings.seconds, counts)
                 if elapsed >= settings.seconds or errors:
                     break
                 stop.wait(min(settings.sample_every, settings.seconds - elapsed))
@@ -161,6 +163,16 @@ def churn(client: postroom.Client, conninfo: str, settings: Settings) -> dict[st
     return {"samples": samples, **counts, "final_lag": lag, "errors": errors}
 
 
+def _progress(last: dict[str, Any], seconds: float, counts: dict[str, int]) -> None:
+    """One status line per sample on stderr, so a soak of minutes shows it is working."""
+    sys.stderr.write(
+        f"churn {last['t']:.0f}/{seconds:.0f} s: {counts['produced']} produced, "
+        f"{counts['consumed']} consumed, messages {last['bytes'] // 1024} kB, "
+        f"{last['dead_tuples']} dead tuples\n"
+    )
+    sys.stderr.flush()
+
+
 def summary(samples: list[dict[str, Any]], key: str) -> dict[str, int]:
     values = [s[key] for s in samples]
     return {"start": values[0], "max": max(values), "end": values[-1]}
@@ -170,6 +182,7 @@ def backlog(client: postroom.Client, conninfo: str, settings: Settings) -> dict[
     """Expire a backlog of ``settings.backlog`` messages once, as the retention runner does:
     ``apply_retention`` with its defaults until nothing is left, then VACUUM ``messages``."""
     client.create_topic(BACKLOG_TOPIC, retention=timedelta(days=1))
+    sys.stderr.write(f"churn: expiring a backlog of {settings.backlog} messages\n")
     with client.producer() as producer:
         for _ in range(settings.backlog):
             producer.send(BACKLOG_TOPIC, b"y" * settings.value_bytes)

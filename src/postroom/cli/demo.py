@@ -24,9 +24,10 @@ from rich.table import Table
 from rich.text import Text
 
 import postroom
-from postroom.errors import GroupNotFound, InvalidArgument
+from postroom import embedded
+from postroom.errors import GroupNotFound, InvalidArgument, SchemaNotReady
 
-from .common import console, open_client
+from .common import console, note, open_client, settings
 
 TOPIC = "orders"
 PARTITIONS = 4
@@ -87,10 +88,18 @@ def demo(
     once and in per-customer order. Exits 1 if a check fails.
 
     Uses --url, POSTROOM_URL, DATABASE_URL or the embedded PostgreSQL; works in its own schema
-    (--demo-schema), never in the postroom schema.
+    (--demo-schema), never in the postroom schema: it refuses the name of the postroom schema
+    (``postroom`` or --schema), a schema it did not create, and one of its own schemas that
+    now holds topics or jobs it did not create.
     """
     checks = Checks()
     started = time.monotonic()
+    if demo_schema in {"postroom", settings(ctx).schema}:
+        raise InvalidArgument(
+            f"--demo-schema {demo_schema!r} names the postroom schema for real topics (the demo "
+            "drops its schema on every run): refusing to drop it; choose another (the default "
+            "is postroom_demo)"
+        )
     with open_client(ctx, schema=demo_schema) as client:
         _fresh_schema(client)
         console.print(
@@ -123,6 +132,12 @@ def demo(
         f"explore: postroom --schema {demo_schema} group describe analytics\n"
         f"         psql: SELECT * FROM {demo_schema}.messages_view LIMIT 5;"
     )
+    if embedded.in_use(settings(ctx).url):
+        where = embedded.location()
+        note(
+            f"the embedded PostgreSQL keeps running ({where.listens_on}): connect with "
+            f"`{where.psql}`, stop it with `postroom embedded stop`"
+        )
 
 
 def _fresh_schema(client: postroom.Client) -> None:
@@ -141,6 +156,8 @@ def _fresh_schema(client: postroom.Client) -> None:
                 f"schema {client.schema!r} exists and was not created by `postroom demo`: "
                 "refusing to drop it; choose another with --demo-schema"
             )
+        if row is not None:
+            _refuse_foreign_content(client)
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(schema))
     client.migrate()
     with psycopg.connect(client.conninfo) as conn:
@@ -158,6 +175,23 @@ def _fresh_schema(client: postroom.Client) -> None:
             ).format(schema)
         )
     client.create_topic(TOPIC, partitions=PARTITIONS)
+
+
+def _refuse_foreign_content(client: postroom.Client) -> None:
+    """Refuse to drop a demo schema that holds topics or jobs the demo never makes: someone
+    used it for real work (``postroom --schema postroom_demo topic create ...``)."""
+    try:
+        topics = {t.name for t in client.list_topics()}
+        jobs = client.list_jobs(limit=1)
+    except SchemaNotReady:
+        return  # marked, but not migrated: nothing of anyone's in it
+    foreign = sorted(topics - {TOPIC})
+    if foreign or jobs:
+        held = f"topics {foreign}" if foreign else "jobs"
+        raise InvalidArgument(
+            f"schema {client.schema!r} was made by `postroom demo` but now holds {held} the "
+            "demo did not create: refusing to drop it; choose another with --demo-schema"
+        )
 
 
 def _insert_order(

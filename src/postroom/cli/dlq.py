@@ -21,7 +21,8 @@ def list_(
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.", min=1)] = 100,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
-    """Dead letters of TOPIC, oldest first: where each came from, attempts, error, value."""
+    """Dead letters of TOPIC, oldest first: where each came from, the group that failed,
+    attempts, error, value."""
     with open_client(ctx) as client:
         letters = client.list_dead_letters(topic, limit=limit)
     if as_json:
@@ -41,12 +42,13 @@ def list_(
     if not letters:
         console.print(f"no dead letters for {topic!r}")
         return
-    table = Table("time", "source", "attempts", "error", "key", "value")
+    table = Table("time", "source", "group", "attempts", "error", "key", "value")
     for m in letters:
         h = {k.removeprefix(HEADER): _text(v) for k, v in m.headers.items()}
         table.add_row(
             when(m.timestamp),
             f"{h.get('topic')}/{h.get('partition')}:{h.get('offset')}",
+            h.get("group", "?"),
             h.get("attempts", ""),
             h.get("error", ""),
             printable(m.key),
@@ -60,8 +62,10 @@ def replay(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Source topic (or its .dlq topic).")],
 ) -> None:
-    """Publish TOPIC's dead letters again to their source topic. Each is replayed once:
-    a second replay only sends what was dead-lettered since."""
+    """Publish TOPIC's dead letters again to their source topic, each marked for the group
+    that failed on it (postroom-replay-group: other groups pass over it) and carrying the
+    first message's id (postroom-replay-of). Each is replayed once: a second replay only sends
+    what was dead-lettered since."""
     with open_client(ctx) as client:
         count = client.replay_dead_letters(topic)
     console.print(f"replayed {count} dead letter(s) of {topic!r}")

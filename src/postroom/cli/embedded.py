@@ -18,19 +18,17 @@ app = typer.Typer(
 
 @app.command("status")
 def status() -> None:
-    """Where the embedded server keeps its data and whether it runs."""
-    pgdata = (embedded.home() / "pgdata").resolve()
-    console.print(f"data directory: {pgdata}")
-    # PostgreSQL writes postmaster.pid while it runs: pid, data dir, start time, port, ...
-    pid_file = pgdata / "postmaster.pid"
-    try:
-        lines = pid_file.read_text().splitlines()
-    except OSError:
-        lines = []
-    if len(lines) >= 4:
-        console.print(f"running: yes (pid {lines[0]}, port {lines[3]})")
+    """Where the embedded server keeps its data, whether it runs, where it listens, and how to
+    connect to it with psql and stop it."""
+    where = embedded.location()
+    console.print(f"data directory: {where.pgdata}")
+    if where.running:
+        console.print(f"running: yes (pid {where.pid})")
+        console.print(f"listens on: {where.listens_on}")
+        console.print(f"connect: {where.psql}")
+        console.print("stop: postroom embedded stop")
     else:
-        console.print("running: no")
+        console.print("running: no (commands start it when no URL is configured)")
     for variable in ("POSTROOM_URL", "DATABASE_URL"):
         if os.environ.get(variable):
             console.print(f"note: {variable} is set, so commands use that server, not this one")
@@ -41,7 +39,9 @@ def status() -> None:
 def start() -> None:
     """Start the embedded server (commands also start it on first use)."""
     embedded.embedded_url()
-    console.print(f"running, data in {(embedded.home() / 'pgdata').resolve()}")
+    where = embedded.location()
+    console.print(f"running, data in {where.pgdata}; {where.listens_on}")
+    console.print(f"connect: {where.psql}")
 
 
 @app.command("stop")

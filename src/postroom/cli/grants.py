@@ -24,6 +24,15 @@ Topics = Annotated[
         "--topic", "-t", help="A topic the role may publish to (repeat it; '*': every topic)."
     ),
 ]
+Queues = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--queue",
+        "-q",
+        help="With enqueuer or worker: a queue the role may use (repeat it; without --queue: "
+        "every queue).",
+    ),
+]
 
 
 def grant(
@@ -35,13 +44,19 @@ def grant(
     ],
     groups: Groups = None,
     topics: Topics = None,
+    queues: Queues = None,
 ) -> None:
     """Grant a database role what its capabilities need and nothing more; a consumer uses
     only the groups given with --group, a producer publishes only to the topics given with
-    --topic. Run as an admin (the schema owner)."""
+    --topic, an enqueuer or worker only the queues given with --queue (every queue without
+    it). Run as an admin (the schema owner)."""
     with open_client(ctx) as client:
-        client.grant(role, *capabilities, groups=groups, topics=topics)
-    scoped = [f"group {g!r}" for g in groups or ()] + [f"topic {t!r}" for t in topics or ()]
+        client.grant(role, *capabilities, groups=groups, topics=topics, queues=queues)
+    scoped = (
+        [f"group {g!r}" for g in groups or ()]
+        + [f"topic {t!r}" for t in topics or ()]
+        + [f"queue {q!r}" for q in queues or ()]
+    )
     console.print(
         f"granted {', '.join(capabilities)} to role {role!r}"
         + (f" on {', '.join(scoped)}" if scoped else "")

@@ -44,7 +44,7 @@ class _Root(TyperGroup):
         try:
             return super().invoke(ctx)
         except PostroomError as exc:
-            raise fail(str(exc)) from None
+            raise fail(exc.cli or str(exc)) from None
         except psycopg.Error as exc:
             raise fail(database_error(exc)) from None
 

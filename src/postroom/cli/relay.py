@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -13,6 +15,7 @@ import postroom
 from postroom.errors import InvalidArgument
 
 from .common import console, format_duration, note, open_client, print_json, when
+from .progress import every
 
 RELAY_HELP = (
     "Relay TOPIC... to the sink at --to URL until Ctrl-C or SIGTERM; or, as `postroom relay "
@@ -120,6 +123,13 @@ def relay(
             show_default=False,
         ),
     ] = None,
+    progress: Annotated[
+        float,
+        typer.Option(
+            "--progress",
+            help="Seconds between status lines on stderr (delivered, dead-lettered); 0: none.",
+        ),
+    ] = 10.0,
     as_json: Annotated[bool, typer.Option("--json", help="status: print JSON.")] = False,
 ) -> None:
     if topics == ["status"] and to is None:
@@ -151,12 +161,34 @@ def relay(
             session_timeout=session_timeout,
         )
         note(f"relaying {', '.join(topics)} to {runner.sink_description}; Ctrl-C stops")
-        runner.run()
+        with every(progress, _status_line(runner)):
+            runner.run()
         counters = runner.counters
     note(f"stopped: {counters.delivered} delivered, {counters.dead_lettered} dead-lettered")
 
 
 relay.__doc__ = RELAY_HELP
+
+
+def _status_line(runner: postroom.Relay) -> Callable[[], str]:
+    """The relay's counters since it started, and what it delivered since the last line."""
+    last = 0
+    started = time.monotonic()
+
+    def line() -> str:
+        nonlocal last
+        counters = runner.counters
+        delivered, last = counters.delivered - last, counters.delivered
+        text = (
+            f"relay: {counters.delivered} delivered (+{delivered}), "
+            f"{counters.dead_lettered} dead-lettered, {counters.batches} batches in "
+            f"{time.monotonic() - started:.0f} s"
+        )
+        if counters.last_error:
+            text += f"; last error: {counters.last_error}"
+        return text
+
+    return line
 
 
 def _status(ctx: typer.Context, groups: list[str] | None, as_json: bool) -> None:

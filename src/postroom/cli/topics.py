@@ -7,8 +7,6 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from postroom.errors import TopicExists
-
 from .common import (
     console,
     fail,
@@ -67,13 +65,15 @@ def create(
     lag = None if max_lag is None else _parse_max_lag(max_lag)
     ttl = None if group_ttl is None else parse_duration(group_ttl)
     with open_client(ctx) as client:
-        try:
-            client.create_topic(
-                name, partitions=partitions, retention=keep, max_lag=lag, group_ttl=ttl
-            )
-        except TopicExists:
-            if not if_not_exists:
-                raise
+        created = client.create_topic(
+            name,
+            partitions=partitions,
+            retention=keep,
+            max_lag=lag,
+            group_ttl=ttl,
+            if_not_exists=if_not_exists,
+        )
+        if not created:
             console.print(f"topic {name!r} already exists")
             return
     kept = "forever" if keep is None else format_duration(keep.total_seconds())

@@ -79,7 +79,8 @@ class LogAdmin:
         retention: timedelta | None,
         max_lag: int | None = None,
         group_ttl: timedelta | None = None,
-    ) -> None:
+        if_not_exists: bool = False,
+    ) -> bool:
         check_name("topic", name)
         check_partition_count(partitions)
         check_max_lag(max_lag)
@@ -102,7 +103,10 @@ class LogAdmin:
                         },
                     )
         except pg_errors.UniqueViolation:
+            if if_not_exists:
+                return False
             raise TopicExists(f"topic {name!r} already exists") from None
+        return True
 
     def alter_topic(
         self,

@@ -77,7 +77,8 @@ class AsyncLogAdmin:
         retention: timedelta | None,
         max_lag: int | None = None,
         group_ttl: timedelta | None = None,
-    ) -> None:
+        if_not_exists: bool = False,
+    ) -> bool:
         check_name("topic", name)
         check_partition_count(partitions)
         check_max_lag(max_lag)
@@ -100,7 +101,10 @@ class AsyncLogAdmin:
                         },
                     )
         except pg_errors.UniqueViolation:
+            if if_not_exists:
+                return False
             raise TopicExists(f"topic {name!r} already exists") from None
+        return True
 
     async def alter_topic(
         self,

@@ -1,14 +1,35 @@
-"""Dead letters: list them, and replay them to their source topic exactly once."""
+"""Dead letters: write them (one per group and message), list them, and replay each once to
+the group that failed on it.
+
+A dead letter is the failed message (key, value, headers) on ``<topic>.dlq`` with headers
+saying where it came from and why: ``postroom-dlq-topic``, ``-partition``, ``-offset``, ``-id``
+(the failed message's id), ``-group`` (the group that failed), ``-attempts``, ``-error``.
+Writing it claims (group, message id) in the same transaction (migration 0021), so several
+processes that handled the same message (a member that lost its partition while it retried,
+and its successor) write one dead letter.
+
+A replay publishes it to its source topic again, marked for the group that failed
+(``postroom-replay-group``) and carrying the id of the message it replays
+(``postroom-replay-of``, kept across replays of replays). The runner and the relay of other
+groups pass over a message marked for another group, so a replay reaches only the group that
+failed; ``Message.original_id`` is the id to deduplicate on.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidArgument
-from .records import Message, check_name
+from .._db_async import AsyncDatabase
+from ..errors import InvalidArgument, TopicExists, TopicNotFound
+from .records import HeaderValue, Message, check_name
 from .subscription import DLQ_SUFFIX
 
 HEADER_PREFIX = "postroom-dlq-"
+REPLAY_GROUP = "postroom-replay-group"
+"""Header of a replayed dead letter: the group it is for (the one that failed on it)."""
+REPLAY_OF = "postroom-replay-of"
+"""Header of a replayed dead letter: the id of the message first dead-lettered."""
 
 
 def dead_letter_topic(topic: str) -> str:
@@ -17,16 +38,89 @@ def dead_letter_topic(topic: str) -> str:
     return topic if topic.endswith(DLQ_SUFFIX) else f"{topic}{DLQ_SUFFIX}"
 
 
-class AsyncDeadLetters:
-    """Reads and replays dead-letter topics through the client's public operations."""
+def replay_for_another_group(message: Message, group: str) -> bool:
+    """True if ``message`` is a dead letter's replay for a group other than ``group``: that
+    group's consumers pass over it (it succeeded for them the first time)."""
+    target = message.headers.get(REPLAY_GROUP)
+    if target is None:
+        return False
+    return (target if isinstance(target, str) else target.decode("utf-8", "replace")) != group
 
-    def __init__(self, client: Any) -> None:
+
+def _text(value: HeaderValue | None) -> str | None:
+    return value if value is None or isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+class AsyncDeadLetters:
+    """Writes, reads and replays dead-letter topics through the client's public operations."""
+
+    def __init__(self, client: Any, db: AsyncDatabase) -> None:
         self._client = client
+        self._db = db
+
+    async def write(
+        self,
+        message: Message,
+        group: str,
+        error: str,
+        attempts: int,
+        topic: str | None,
+        headers: Mapping[str, HeaderValue] | None,
+        conn: object,
+    ) -> bool:
+        """Publish ``message``'s dead letter for ``group`` unless one was written already;
+        whether it was. With ``conn`` it joins the caller's transaction: the claim and the
+        dead letter commit (or roll back) together with the caller's work. The dead-letter
+        topic is created first if missing."""
+        check_name("group", group)
+        target = dead_letter_topic(message.topic) if topic is None else check_name("topic", topic)
+        letter: dict[str, HeaderValue] = {
+            **message.headers,
+            HEADER_PREFIX + "topic": message.topic,
+            HEADER_PREFIX + "partition": str(message.partition),
+            HEADER_PREFIX + "offset": str(message.offset),
+            HEADER_PREFIX + "id": message.id,
+            HEADER_PREFIX + "group": group,
+            HEADER_PREFIX + "attempts": str(attempts),
+            HEADER_PREFIX + "error": error,
+            **(headers or {}),
+        }
+        try:
+            await self._client.describe_topic(target)  # before the claim, which it would undo
+        except TopicNotFound:
+            try:
+                await self._client.create_topic(target)
+            except TopicExists:
+                pass  # another process created it meanwhile
+        async with self._db.connection(conn) as tx:
+            cur = await tx.execute(
+                self._db.q("claim_dead_letter"), {"group": group, "message_id": message.id}
+            )
+            row = await cur.fetchone()
+            if row is None or not row[0]:
+                return False
+            await self._client.publish(
+                target, message.value, key=message.key, headers=letter, conn=tx
+            )
+        return True
+
+    async def _exists(self, topic: str) -> bool:
+        """Whether ``topic``'s dead-letter topic exists. None yet (nothing failed, or no runner
+        started) is no error when the source topic exists; raises TopicNotFound if neither
+        does."""
+        try:
+            await self._client.describe_topic(dead_letter_topic(topic))
+        except TopicNotFound:
+            await self._client.describe_topic(topic.removesuffix(DLQ_SUFFIX))
+            return False
+        return True
 
     async def list(self, topic: str, limit: int) -> list[Message]:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise InvalidArgument(f"invalid limit {limit!r}: an integer >= 1")
         found: list[Message] = []
+        if not await self._exists(topic):
+            return found
         async with self._client.consumer(None, dead_letter_topic(topic)) as peek:
             while len(found) < limit:
                 batch = await peek.poll(timeout=0, max_messages=limit - len(found))
@@ -36,9 +130,12 @@ class AsyncDeadLetters:
         return sorted(found, key=lambda m: (m.timestamp, m.partition, m.offset))
 
     async def replay(self, topic: str, group: str) -> int:
-        """Republish each dead letter once: the cursor of ``group`` on the dead-letter topic
-        advances in the transaction that publishes (transactional consumption)."""
+        """Republish each dead letter once, marked for the group that failed on it: the cursor
+        of ``group`` on the dead-letter topic advances in the transaction that publishes
+        (transactional consumption)."""
         replayed = 0
+        if not await self._exists(topic):
+            return replayed
         source_default = topic.removesuffix(DLQ_SUFFIX)
         dlq = dead_letter_topic(topic)
         meta = await self._client.describe_topic(dlq)
@@ -47,19 +144,30 @@ class AsyncDeadLetters:
             while True:
                 async with consumer.transaction(max_messages=500) as batch:
                     for message in batch:
-                        headers = {
-                            k: v
-                            for k, v in message.headers.items()
-                            if not k.startswith(HEADER_PREFIX)
-                        }
-                        source = message.headers.get(f"{HEADER_PREFIX}topic", source_default)
+                        source = _text(message.headers.get(HEADER_PREFIX + "topic"))
                         await self._client.publish(
-                            source if isinstance(source, str) else source.decode(),
+                            source or source_default,
                             message.value,
                             key=message.key,
-                            headers=headers,
+                            headers=replay_headers(message.headers),
                             conn=batch.connection,
                         )
                 if not batch.messages:
                     return replayed
                 replayed += len(batch.messages)
+
+
+def replay_headers(letter: Mapping[str, HeaderValue]) -> dict[str, HeaderValue]:
+    """The headers of a dead letter's replay: the failed message's own, marked for the group
+    that failed (a dead letter that names none, written before postroom recorded it, goes to
+    every group) and with the id of the message first dead-lettered."""
+    headers = {k: v for k, v in letter.items() if not k.startswith(HEADER_PREFIX)}
+    failed_group = letter.get(HEADER_PREFIX + "group")
+    if failed_group is None:
+        headers.pop(REPLAY_GROUP, None)
+    else:
+        headers[REPLAY_GROUP] = failed_group
+    original = letter.get(REPLAY_OF) or letter.get(HEADER_PREFIX + "id")
+    if original is not None:
+        headers[REPLAY_OF] = original
+    return headers

@@ -40,9 +40,13 @@ class AsyncTopicCache:
             row = await self._fetch(conn, name)
         if row is None:
             self._cache.pop(name, None)
-            raise TopicNotFound(f"unknown topic {name!r}: create it with create_topic()")
+            raise TopicNotFound(
+                f"unknown topic {name!r}: create it with create_topic()",
+                cli=f"unknown topic {name!r}: create it with `postroom topic create {name}`",
+            )
         meta = TopicMeta(row[0], name, row[1])
         self._cache[name] = (meta, time.monotonic())
+        self._db.topic_names[meta.id] = name
         return meta
 
     async def _fetch(self, conn: psycopg.AsyncConnection[Any], name: str) -> tuple[int, int] | None:

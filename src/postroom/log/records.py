@@ -68,6 +68,15 @@ class Message:
         """``topic/partition/offset``: unique within one postroom schema, for deduplication."""
         return f"{self.topic}/{self.partition}/{self.offset}"
 
+    @property
+    def original_id(self) -> str:
+        """The id to deduplicate on: for a replayed dead letter, the id of the message first
+        dead-lettered (header ``postroom-replay-of``); else ``id``."""
+        original = self.headers.get("postroom-replay-of")
+        if original is None:
+            return self.id
+        return original if isinstance(original, str) else original.decode("utf-8", "replace")
+
     def text(self) -> str:
         return self.value.decode("utf-8")
 

@@ -22,8 +22,16 @@ import psycopg
 
 from .._acompat import AEvent, acall_hook, ajoin_all, aspawn, install_stop_handler
 from .._reconnect import reconnect_delay
-from ..errors import DatabaseUnavailable, Fenced, InstanceFenced, PostroomError, TopicExists
+from ..errors import (
+    DatabaseUnavailable,
+    Fenced,
+    InstanceFenced,
+    PostroomError,
+    SchemaNotReady,
+    TopicExists,
+)
 from .consumer_async import AsyncBatch, AsyncConsumer
+from .deadletters_async import replay_for_another_group
 from .records import Message, TopicPartition
 from .subscription import Subscription
 
@@ -81,6 +89,8 @@ class AsyncRunner:
                     await self._client.create_topic(sub.dead_letter_for(topic))
                 except TopicExists:
                     pass
+                except SchemaNotReady:
+                    raise  # nothing can run: one clear error, before any member starts
                 except (psycopg.Error, PostroomError) as exc:  # e.g. a consumer-only role
                     log.warning("cannot create dead-letter topic for %s: %s", topic, exc)
 
@@ -122,9 +132,14 @@ class AsyncRunner:
                         wait,
                     )
                     await self._stop.wait_timeout(wait)
+        except Exception as exc:  # noqa: BLE001 - kept, and raised by run()
+            # One member cannot go on: stop them all; run() raises the first error, so it is
+            # reported once, by the caller, not also as a thread's or task's traceback.
+            self._errors.append(exc)
+            self._stop.set()
         except BaseException as exc:
             self._errors.append(exc)
-            self._stop.set()  # one member cannot go on: stop them all, the process exits
+            self._stop.set()
             raise
         finally:
             if consumer is not None:
@@ -136,7 +151,8 @@ class AsyncRunner:
             return
         by_partition: dict[TopicPartition, list[Message]] = {}
         for message in messages:
-            by_partition.setdefault(message.topic_partition, []).append(message)
+            if not replay_for_another_group(message, sub.group):
+                by_partition.setdefault(message.topic_partition, []).append(message)
         for batch in by_partition.values():
             if sub.batch:
                 await self._deliver_batch(sub, batch, None)
@@ -150,10 +166,17 @@ class AsyncRunner:
         async with consumer.transaction(max_messages=sub.max_messages, timeout=POLL_WAIT) as batch:
             if not batch.messages:
                 return
-            if sub.batch:
-                await self._deliver_batch(sub, batch.messages, batch)
-            else:
-                for message in batch.messages:
+            # A dead letter's replay for another group is passed over (committed unhandled).
+            mine = [m for m in batch.messages if not replay_for_another_group(m, sub.group)]
+            if sub.batch and mine:
+                view = (
+                    batch
+                    if len(mine) == len(batch.messages)
+                    else AsyncBatch(mine, batch.connection)
+                )
+                await self._deliver_batch(sub, mine, view)
+            elif not sub.batch:
+                for message in mine:
                     await self._deliver(sub, message, batch.connection)
         self.processed += len(batch.messages)
 
@@ -222,17 +245,21 @@ class AsyncRunner:
     ) -> None:
         attempts, error = failure
         target = sub.dead_letter_for(message.topic)
-        headers = {
-            **message.headers,
-            "postroom-dlq-topic": message.topic,
-            "postroom-dlq-partition": str(message.partition),
-            "postroom-dlq-offset": str(message.offset),
-            "postroom-dlq-attempts": str(attempts),
-            "postroom-dlq-error": _describe(error),
-        }
-        await self._client.publish(
-            target, message.value, key=message.key, headers=headers, conn=conn
+        written = await self._client.dead_letter(
+            message,
+            group=sub.group,
+            error=_describe(error),
+            attempts=attempts,
+            topic=target,
+            conn=conn,
         )
+        if not written:
+            log.warning(
+                "%s: %s was dead-lettered already (by another member that handled it)",
+                sub.name,
+                message.id,
+            )
+            return
         self.dead_lettered += 1
         log.error(
             "%s: %s moved to dead-letter topic %s after %d attempts: %s",

@@ -44,7 +44,13 @@ from .._acompat import (
 )
 from .._db import Database, ReconnectingPool, check_pooled
 from .._retention import RetentionRunner, retention_interval
-from ..errors import InvalidArgument, JobInterrupted, PermissionDenied, WorkerCrashed
+from ..errors import (
+    InvalidArgument,
+    JobInterrupted,
+    PermissionDenied,
+    SchemaNotReady,
+    WorkerCrashed,
+)
 from . import joblog
 from .completer import Completer
 from .fetcher import AUTO_PREFETCH_MAX, Fetcher
@@ -179,7 +185,7 @@ class Worker:
         self._threads: SyncJobThreads | None = None
         self._stop_requests = 0
         self._started = False
-        self._crash: WorkerCrashed | None = None
+        self._crash: WorkerCrashed | SchemaNotReady | None = None
         self._runner: Runner | None = None
 
     @property
@@ -317,6 +323,12 @@ class Worker:
         process stays up (a supervisor restarts a process that exits with an error)."""
         try:
             loop()
+        except SchemaNotReady as exc:
+            # Not a crash: nothing can run until `postroom init`. run() raises it as it is, so
+            # the CLI prints its one line, and no loop's traceback is logged.
+            if self._crash is None:
+                self._crash = exc
+            self.stop()
         except Exception as exc:  # reported, then turned into WorkerCrashed
             log.critical(
                 "worker %s: its %s loop failed and cannot go on; stopping the worker",

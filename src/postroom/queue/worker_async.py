@@ -42,7 +42,13 @@ from .._acompat import (
 )
 from .._db_async import AsyncDatabase, AsyncReconnectingPool, check_pooled
 from .._retention_async import AsyncRetentionRunner, retention_interval
-from ..errors import InvalidArgument, JobInterrupted, PermissionDenied, WorkerCrashed
+from ..errors import (
+    InvalidArgument,
+    JobInterrupted,
+    PermissionDenied,
+    SchemaNotReady,
+    WorkerCrashed,
+)
 from . import joblog
 from .completer_async import AsyncCompleter
 from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher
@@ -177,7 +183,7 @@ class AsyncWorker:
         self._threads: JobThreads | None = None
         self._stop_requests = 0
         self._started = False
-        self._crash: WorkerCrashed | None = None
+        self._crash: WorkerCrashed | SchemaNotReady | None = None
         self._runner: AsyncRunner | None = None
 
     @property
@@ -317,6 +323,12 @@ class AsyncWorker:
         process stays up (a supervisor restarts a process that exits with an error)."""
         try:
             await loop()
+        except SchemaNotReady as exc:
+            # Not a crash: nothing can run until `postroom init`. run() raises it as it is, so
+            # the CLI prints its one line, and no loop's traceback is logged.
+            if self._crash is None:
+                self._crash = exc
+            self.stop()
         except Exception as exc:  # reported, then turned into WorkerCrashed
             log.critical(
                 "worker %s: its %s loop failed and cannot go on; stopping the worker",

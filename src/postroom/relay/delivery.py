@@ -9,14 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     DestinationUnusable,
     MessageRejected,
     SinkUnavailable,
-    TopicExists,
-    TopicNotFound,
 )
 from ..log.deadletters_async import HEADER_PREFIX as DLQ_PREFIX
 from ..log.records import Message, TopicPartition
@@ -143,25 +141,14 @@ class Delivery:
         """Publish ``message`` to the dead-letter topic (created if missing) with headers
         naming its source, the attempts and ``error``."""
         topic = self.dead_letter_topic.format(topic=message.topic)
-        headers = dict(message.headers)
-        headers.update(
-            {
-                DLQ_PREFIX + "topic": message.topic,
-                DLQ_PREFIX + "partition": str(message.partition),
-                DLQ_PREFIX + "offset": str(message.offset),
-                DLQ_PREFIX + "id": message.id,
-                DLQ_PREFIX + "attempts": str(attempts),
-                DLQ_PREFIX + "error": error[:MAX_ERROR_CHARS],
-                DLQ_PREFIX + "sink": self.sink.description,
-            }
-        )
         log.error("relay %s: %s dead-lettered to %s: %s", self.group, message.id, topic, error)
-        try:
-            await self._client.publish(topic, message.value, key=message.key, headers=headers)
-        except TopicNotFound:
-            try:
-                await self._client.create_topic(topic)
-            except TopicExists:
-                pass  # another relay created it meanwhile
-            await self._client.publish(topic, message.value, key=message.key, headers=headers)
-        self.counters.dead_lettered += 1
+        letter: dict[str, Any] = {
+            "group": self.group,
+            "error": error[:MAX_ERROR_CHARS],
+            "attempts": attempts,
+            "topic": topic,
+            "headers": {DLQ_PREFIX + "sink": self.sink.description},
+        }
+        # False: another relay that handled the same message wrote it already.
+        if await self._client.dead_letter(message, **letter):  # creates the topic if missing
+            self.counters.dead_lettered += 1

@@ -33,6 +33,7 @@ from ..errors import (
     SinkUnavailable,
     TopicNotFound,
 )
+from ..log.deadletters_async import REPLAY_GROUP, replay_for_another_group
 from ..log.records import Message, TopicPartition, check_member_id, check_name
 from ..log.subscription import DLQ_SUFFIX
 from ..queue.backoff import Backoff
@@ -313,14 +314,22 @@ class AsyncRelay:
         routed: list[Outbound | MessageRejected] = []
         route = self.route
         ends: dict[tuple[str, int], int] = {}  # plain tuples: a TopicPartition per message cost
+        kept = messages
         for message in messages:
+            ends[message.topic, message.partition] = message.offset + 1
+            if REPLAY_GROUP in message.headers and replay_for_another_group(message, self.group):
+                # A dead letter's replay for another group: passed over, committed unsent.
+                if kept is messages:
+                    kept = messages[: len(routed)]
+                continue
+            if kept is not messages:
+                kept.append(message)
             try:
                 routed.append(route(message))
             except MessageRejected as exc:
                 routed.append(exc)
-            ends[message.topic, message.partition] = message.offset + 1
         offsets = {TopicPartition(t, p): end for (t, p), end in ends.items()}
-        return RoutedBatch(messages, routed, offsets)
+        return RoutedBatch(kept, routed, offsets)
 
     async def _carry(self, consumer: Any, batch: RoutedBatch) -> bool:
         """Deliver ``batch`` and commit it once acknowledged; True if the commit was refused
