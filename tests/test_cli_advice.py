@@ -49,7 +49,7 @@ def test_a_permission_error_at_the_cli_advises_postroom_grant(
 def test_postroom_grant_grants_a_capability(client: postroom.Client, dsn: str) -> None:
     client.create_topic("orders")
     with login_role(dsn, "nc_producer") as role:
-        ok(dsn, "grant", role, "producer")
+        ok(dsn, "grant", role, "producer", "--topic", "orders")
         ok(make_conninfo(dsn, user=role), "produce", "orders", "x")
     assert client.describe_topic("orders").high_water == 1
 

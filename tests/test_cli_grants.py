@@ -62,3 +62,16 @@ def test_grant_revoke_and_list_scoped_grants(client: postroom.Client, role: str)
     result = run(make_conninfo(dsn, user=role), "grants")
     assert result.exit_code == 1 and "only an admin" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_grant_scopes_an_enqueuer_to_the_queues_given_with_queue(
+    client: postroom.Client, dsn: str
+) -> None:
+    with login_role(dsn, "cli_mailer") as role:
+        assert "queue 'email'" in ok(dsn, "grant", role, "enqueuer", "--queue", "email").stdout
+        as_role = postroom.connect(make_conninfo(dsn, user=role))
+        with as_role:
+            as_role.enqueue("send", {"to": "a"}, queue="email")
+            with pytest.raises(postroom.errors.PermissionDenied):
+                as_role.enqueue("send", {"to": "b"}, queue="billing")
+    assert [j.queue for j in client.list_jobs()] == ["email"]
