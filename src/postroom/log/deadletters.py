@@ -4,13 +4,65 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidArgument
-from .records import Message, check_name
+from ..errors import InvalidArgument, TopicNotFound
+from .records import MAX_HEADER_BYTES, MAX_HEADERS, HeaderValue, Message, check_name
 from .subscription import DLQ_SUFFIX
 
+log = logging.getLogger("postroom.dlq")
+
 HEADER_PREFIX = "postroom-dlq-"
+TRIMMED_HEADER = f"{HEADER_PREFIX}trimmed"
+"""Set on a dead letter whose original headers did not all fit beside postroom's own."""
+
+
+def _header_size(name: str, value: HeaderValue) -> int:
+    """What a header counts against MAX_HEADER_BYTES (as records.encode_headers counts)."""
+    raw = value if isinstance(value, bytes) else value.encode("utf-8", "replace")
+    return len(name) + len(raw)
+
+
+def dead_letter_headers(message: Message, attempts: int, error: str) -> dict[str, HeaderValue]:
+    """The headers of ``message``'s dead letter from the runner: its own, then where it came
+    from, the attempts and the error (see ``fit_headers``)."""
+    own: dict[str, HeaderValue] = {
+        f"{HEADER_PREFIX}topic": message.topic,
+        f"{HEADER_PREFIX}partition": str(message.partition),
+        f"{HEADER_PREFIX}offset": str(message.offset),
+        f"{HEADER_PREFIX}attempts": str(attempts),
+        f"{HEADER_PREFIX}error": error,
+    }
+    return fit_headers(message.headers, own)
+
+
+def fit_headers(
+    original: Mapping[str, HeaderValue], own: dict[str, HeaderValue]
+) -> dict[str, HeaderValue]:
+    """A dead letter's headers: ``original`` then postroom's ``own``, always within the header
+    limits. A poison whose headers leave no room (a message may carry up to MAX_HEADERS) keeps
+    those that fit, in order, and gets ``postroom-dlq-trimmed`` saying how many were dropped:
+    a dead letter that cannot be written would stop its partition for good (issue 23, item 8).
+    ``own`` must fit by itself (a few short headers and an error cut to its limit)."""
+    rest = {k: v for k, v in original.items() if k not in own}
+    sizes = [_header_size(k, v) for k, v in rest.items()]
+    own_size = sum(_header_size(k, v) for k, v in own.items())
+    if len(rest) + len(own) <= MAX_HEADERS and sum(sizes) + own_size <= MAX_HEADER_BYTES:
+        return {**rest, **own}
+    note_room = len(TRIMMED_HEADER) + 120  # the note below is shorter than this
+    room, slots = MAX_HEADER_BYTES - own_size - note_room, MAX_HEADERS - len(own) - 1
+    kept: dict[str, HeaderValue] = {}
+    for (name, value), size in zip(rest.items(), sizes, strict=True):
+        if len(kept) < slots and size <= room:
+            kept[name] = value
+            room -= size
+    note = (
+        f"{len(rest) - len(kept)} of {len(rest)} original headers dropped to fit the limits "
+        f"({MAX_HEADERS} headers, {MAX_HEADER_BYTES} bytes)"
+    )
+    return {**kept, **own, TRIMMED_HEADER: note}
 
 
 def dead_letter_topic(topic: str) -> str:
@@ -39,7 +91,9 @@ class DeadLetters:
 
     def replay(self, topic: str, group: str) -> int:
         """Republish each dead letter once: the cursor of ``group`` on the dead-letter topic
-        advances in the transaction that publishes (transactional consumption)."""
+        advances in the transaction that publishes (transactional consumption). A dead letter
+        that cannot be published (its source topic was deleted) is logged and passed over, so
+        it does not hold back the others; it is not counted."""
         replayed = 0
         source_default = topic.removesuffix(DLQ_SUFFIX)
         dlq = dead_letter_topic(topic)
@@ -55,13 +109,21 @@ class DeadLetters:
                             if not k.startswith(HEADER_PREFIX)
                         }
                         source = message.headers.get(f"{HEADER_PREFIX}topic", source_default)
-                        self._client.publish(
-                            source if isinstance(source, str) else source.decode(),
-                            message.value,
-                            key=message.key,
-                            headers=headers,
-                            conn=batch.connection,
-                        )
+                        name = source if isinstance(source, str) else source.decode()
+                        try:
+                            # A savepoint: a refused publish leaves the batch's transaction
+                            # usable for the dead letters after it.
+                            with batch.connection.transaction():
+                                self._client.publish(
+                                    name,
+                                    message.value,
+                                    key=message.key,
+                                    headers=headers,
+                                    conn=batch.connection,
+                                )
+                        except (TopicNotFound, InvalidArgument) as exc:
+                            log.warning("dead letter %s not replayed: %s", message.id, exc)
+                            continue
+                        replayed += 1
                 if not batch.messages:
                     return replayed
-                replayed += len(batch.messages)

@@ -35,6 +35,7 @@ from ..errors import (
     TopicNotFound,
 )
 from ..log.deadletters_async import HEADER_PREFIX as DLQ_PREFIX
+from ..log.deadletters_async import fit_headers
 from ..log.records import Message, TopicPartition, check_member_id, check_name
 from ..log.subscription import DLQ_SUFFIX
 from ..queue.backoff import Backoff
@@ -420,8 +421,10 @@ class AsyncRelay:
 
     async def _dead_letter(self, message: Message, error: str, attempts: int) -> None:
         topic = self.dead_letter_topic.format(topic=message.topic)
-        headers = dict(message.headers)
-        headers.update(
+        # Within the header limits whatever the message carries (fit_headers drops the
+        # original headers that do not fit and says so): a dead letter must always be written.
+        headers = fit_headers(
+            message.headers,
             {
                 DLQ_PREFIX + "topic": message.topic,
                 DLQ_PREFIX + "partition": str(message.partition),
@@ -429,8 +432,8 @@ class AsyncRelay:
                 DLQ_PREFIX + "id": message.id,
                 DLQ_PREFIX + "attempts": str(attempts),
                 DLQ_PREFIX + "error": error[:MAX_ERROR_CHARS],
-                DLQ_PREFIX + "sink": self.sink.description,
-            }
+                DLQ_PREFIX + "sink": self.sink.description[:MAX_ERROR_CHARS],
+            },
         )
         log.error("relay %s: %s dead-lettered to %s: %s", self.group, message.id, topic, error)
         try:
