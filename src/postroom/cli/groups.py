@@ -16,7 +16,16 @@ from .common import console, fail, jsonable, open_client, print_json, when
 app = typer.Typer(no_args_is_help=True, help="Inspect, reset and delete consumer groups.")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-LAG_COLUMNS = ("group", "topic", "partition", "committed", "high-water", "lag", "lag seconds")
+LAG_COLUMNS = (
+    "group",
+    "topic",
+    "partition",
+    "committed",
+    "high-water",
+    "lag",
+    "lag seconds",
+    "lost",
+)
 
 
 @app.command("list")
@@ -163,6 +172,7 @@ def _print_lag(infos: list[postroom.GroupInfo], *, members: bool = False) -> Non
                 str(part.high_water),
                 str(part.lag),
                 f"{part.lag_seconds:.1f}",
+                str(part.lost),
                 *(holder if members else ()),
             )
     console.print(table)

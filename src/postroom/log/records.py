@@ -401,6 +401,10 @@ class PartitionLag:
     """The live group member holding the partition (None: nobody, or a manual consumer)."""
     epoch: int | None = None
     """The fencing epoch of that member's ownership."""
+    lost: int = 0
+    """Messages retention deleted before the group read them (its cursor is below the
+    low-water mark; not lag: ``lag`` counts from the low-water mark). The next member to take
+    the partition moves the cursor up to the low-water mark, like Kafka's auto.offset.reset."""
 
 
 @dataclass(frozen=True, slots=True)
