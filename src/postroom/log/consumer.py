@@ -412,14 +412,19 @@ class Consumer(AssignedPartitions):
             except psycopg.Error:
                 pass  # already broken
 
-    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Store the next offsets to read: the current positions, or ``offsets`` (each at most
-        the partition's high-water mark, else :class:`OffsetOutOfRange`).
+    def commit(self, offsets: Mapping[TopicPartition, int] | Message | None = None) -> None:
+        """Store the next offsets to read: the current positions (as Kafka: what ``poll()``
+        returned, handled or not), ``offsets`` (each at most the partition's high-water mark,
+        else :class:`OffsetOutOfRange`), or, given a message, the offset after it on its
+        partition (it and everything before it there is done). A handler that stops in the
+        middle of a batch calls ``rewind()`` first (docs/log.md, "Poll/commit").
 
         Cursors only move forward: committing an offset below the stored one changes nothing
         (use ``Client.reset_group`` to go back). A member that lost a partition (session
         expired, handed over) gets :class:`Fenced` and nothing of the call is stored."""
         self._need_group("commit")
+        if isinstance(offsets, Message):
+            offsets = {offsets.topic_partition: offsets.offset + 1}
         if self._membership is not None and self._membership.poll_expired:
             raise Fenced(
                 f"member {self.member_id!r} left group {self.group!r}: it did not poll within "
@@ -505,6 +510,33 @@ class Consumer(AssignedPartitions):
         self._drop_prefetch()
         assigned.position = offset
         assigned.buffer.clear()
+
+    def rewind(self, unhandled: Iterable[Message]) -> None:
+        """Make the next ``poll()`` return ``unhandled`` again: each partition's position goes
+        back to the first of them, so ``commit()`` then stores only what was handled before.
+
+            messages = consumer.poll()
+            for i, message in enumerate(messages):
+                try:
+                    handle(message)
+                except Exception:
+                    consumer.rewind(messages[i:])  # awaited in AsyncConsumer
+                    break
+            consumer.commit()
+        """
+        first: dict[TopicPartition, int] = {}
+        for message in unhandled:
+            tp = message.topic_partition
+            first[tp] = min(first.get(tp, message.offset), message.offset)
+        if not first:
+            return
+        self._drop_prefetch()
+        with self._lock:
+            for tp, offset in first.items():
+                assigned = self._get(tp)
+                if offset < assigned.position:
+                    assigned.position = offset
+                    assigned.buffer.clear()
 
     # -- transactional consumption --------------------------------------------------------
 
