@@ -24,7 +24,6 @@ LAG_COLUMNS = (
     "high-water",
     "lag",
     "lag seconds",
-    "lost",
 )
 
 
@@ -160,7 +159,11 @@ def lag(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 def _print_lag(infos: list[postroom.GroupInfo], *, members: bool = False) -> None:
-    table = Table(*LAG_COLUMNS, *(("member", "epoch") if members else ()))
+    # "lost" (messages retention deleted before the group read them) only when there are some.
+    lost = any(part.lost for info in infos for part in info.partitions)
+    table = Table(
+        *LAG_COLUMNS, *(("lost",) if lost else ()), *(("member", "epoch") if members else ())
+    )
     for info in infos:
         for part in info.partitions:
             holder = (part.member or "-", "-" if part.epoch is None else str(part.epoch))
@@ -172,7 +175,7 @@ def _print_lag(infos: list[postroom.GroupInfo], *, members: bool = False) -> Non
                 str(part.high_water),
                 str(part.lag),
                 f"{part.lag_seconds:.1f}",
-                str(part.lost),
+                *((str(part.lost),) if lost else ()),
                 *(holder if members else ()),
             )
     console.print(table)

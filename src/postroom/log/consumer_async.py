@@ -13,6 +13,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from .._acompat import ABackground, AEvent, aoutcome, asleep
+from .._checks import check_int
 from .._db_async import AsyncDatabase
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned_async import (
@@ -33,6 +34,8 @@ from .records import (
     utc_timestamps,
 )
 
+MAX_INT4 = 2**31 - 1
+MAX_INT8 = 2**63 - 1
 POLL_INTERVAL = 0.5
 """Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
@@ -168,10 +171,8 @@ class AsyncConsumer(AsyncAssignedPartitions):
         at least one message) after the current positions, waiting at most ``timeout`` seconds
         for the first one. Advances the in-memory positions only: call ``commit()`` to store
         them. In a group, also applies assignment changes (``on_revoke``/``on_assign``)."""
-        if max_messages < 1:
-            raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
-        if max_bytes < 1:
-            raise InvalidArgument(f"invalid max_bytes {max_bytes!r}: must be >= 1")
+        check_int("max_messages", max_messages, 1, MAX_INT4)
+        check_int("max_bytes", max_bytes, 1, MAX_INT8)
         await self._ensure_assigned()
         if self._membership is not None:
             self._membership.polled()
@@ -558,8 +559,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
                 for message in batch:
                     batch.connection.execute("INSERT INTO invoices ...", ...)  # awaited
         """
-        if max_messages < 1:
-            raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
+        check_int("max_messages", max_messages, 1, MAX_INT4)  # an integer in SQL
         self._need_group("transaction")
         await self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
@@ -601,6 +601,13 @@ class AsyncConsumer(AsyncAssignedPartitions):
         member was paused: its partitions may have moved) is reported as :class:`Fenced`."""
         try:
             yield
+        except pg_errors.LockNotAvailable as exc:
+            # A rebalance held the group's rows past this member's lock_timeout (a storm of
+            # joins and leaves): the partitions may be moving; nothing was committed.
+            raise Fenced(
+                f"member {self.member_id!r} of group {self.group!r} waited past its lock "
+                "timeout for a rebalance in progress: nothing was committed, call again"
+            ) from exc
         except pg_errors.IdleInTransactionSessionTimeout as exc:
             raise Fenced(
                 f"member {self.member_id!r} of group {self.group!r} idled inside its batch "

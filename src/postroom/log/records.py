@@ -180,8 +180,11 @@ def utc_timestamps(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> No
 def check_name(kind: str, name: object) -> str:
     """Return ``name`` if it is a valid topic/group/queue name, else raise :class:`InvalidName`."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        shown = repr(name)
+        if isinstance(name, str) and len(name) > 200:  # a megabyte name is not repeated whole
+            shown = f"{name[:40]!r}... ({len(name)} characters)"
         raise InvalidName(
-            f"invalid {kind} name {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ -, "
+            f"invalid {kind} name {shown}: use 1-200 characters from A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit"
         )
     return name
