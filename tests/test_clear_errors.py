@@ -64,3 +64,11 @@ def test_a_cli_file_that_is_not_utf8_is_one_red_line(dsn: str, tmp_path: Path) -
     with postroom.connect(dsn) as client:
         client.create_topic("t")
     fails(dsn, "produce", "t", "--file", str(path), message="not UTF-8")
+
+
+def test_a_null_refused_by_a_postroom_table_is_an_invalid_argument_naming_the_column(
+    client: postroom.Client,
+) -> None:
+    with pytest.raises(InvalidArgument, match="invalid name: null value"):
+        with client._db.connection() as conn:
+            conn.execute("SELECT postroom.create_topic(NULL, 1, NULL)")
