@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
+from .._checks import safe_str
 from ..errors import (
     DatabaseUnavailable,
     Fenced,
@@ -206,7 +207,7 @@ class AsyncRelay:
                         await self._pipeline(consumer)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
                     self._db_failures += 1
-                    self._note(f"database unavailable, retrying: {exc}")
+                    self._note(f"database unavailable, retrying: {safe_str(exc)}")
                     await self._sleep(self.backoff.delay(self._db_failures))
         finally:
             await self.sink.close()
@@ -234,7 +235,7 @@ class AsyncRelay:
                 return
             except SinkUnavailable as exc:
                 attempt += 1
-                self._note(f"sink unreachable (attempt {attempt}), retrying: {exc}")
+                self._note(f"sink unreachable (attempt {attempt}), retrying: {safe_str(exc)}")
                 await self._sleep(self.backoff.delay(attempt))
 
     async def _sleep(self, seconds: float) -> None:
@@ -350,7 +351,9 @@ class AsyncRelay:
             # The group refuses the commit of a member that lost a partition meanwhile (a long
             # pause past its session): the batch was delivered, and the new owner sends it again
             # from the committed cursor. Duplicates, never a loss; this relay goes on.
-            self._note(f"partitions moved before the commit, the new owner resends: {exc}")
+            self._note(
+                f"partitions moved before the commit, the new owner resends: {safe_str(exc)}"
+            )
             return True
         self.counters.batches += 1
         return False
@@ -399,7 +402,9 @@ class AsyncRelay:
             except SinkUnavailable as exc:
                 unavailable += 1
                 self.counters.sink_failures += 1
-                self._note(f"sink unavailable (attempt {unavailable}), retrying batch: {exc}")
+                self._note(
+                    f"sink unavailable (attempt {unavailable}), retrying batch: {safe_str(exc)}"
+                )
                 await self._sleep(self.backoff.delay(unavailable))
                 continue
             except MessageRejected as exc:
@@ -408,10 +413,10 @@ class AsyncRelay:
                 pending = pending[index:]
                 rejected += 1
                 if rejected < self.max_attempts:
-                    self._note(f"{pending[0].id} rejected (attempt {rejected}): {exc}")
+                    self._note(f"{pending[0].id} rejected (attempt {rejected}): {safe_str(exc)}")
                     await self._sleep(self.backoff.delay(rejected))
                     continue
-                await self._dead_letter(pending[0].source, str(exc), attempts=rejected)
+                await self._dead_letter(pending[0].source, safe_str(exc), attempts=rejected)
                 pending = pending[1:]
                 rejected = 0
                 continue
