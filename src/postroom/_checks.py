@@ -33,3 +33,29 @@ def check_text(what: str, value: str) -> str:
             f"invalid {what} {value!r}: contains a lone surrogate (not valid Unicode text)"
         ) from None
     return value
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, never raising: an exception whose ``__str__`` raises (or returns something
+    that is not text) is shown by its type, so formatting an error can never become a second
+    error (issue 23, item 8)."""
+    try:
+        detail = str(exc)
+    except Exception:  # noqa: BLE001 - any error of a foreign __str__ is the point
+        return f"<{type(exc).__name__}: str() of the exception raised>"
+    return detail if isinstance(detail, str) else f"<{type(exc).__name__}>"
+
+
+def error_text(exc: BaseException) -> str:
+    """``"Type: message"`` for any exception, never raising (see ``safe_str``).
+
+    error_text(ValueError("bad"))   # -> "ValueError: bad"
+    """
+    name = type(exc).__name__
+    try:
+        detail = str(exc)
+    except Exception:  # noqa: BLE001 - as in safe_str
+        return f"{name}: <str() of the exception raised>"
+    if not isinstance(detail, str):
+        return name
+    return f"{name}: {detail}" if detail else name

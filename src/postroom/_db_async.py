@@ -341,6 +341,11 @@ class translate_errors:
             raise BacklogFull(self._named(exc)) from exc
         if sqlstate == "PRO01":
             raise OffsetOutOfRange(self._named(exc)) from exc
+        if isinstance(exc, pg_errors.NotNullViolation) and exc.diag.schema_name == self._schema:
+            # A postroom function given a NULL (a caller's own tables, in another schema, keep
+            # their errors; CHECK violations are named by the engines' own translations).
+            column = exc.diag.column_name or "a value"
+            raise InvalidArgument(f"invalid {column}: {_first_line(exc)}") from exc
 
     def _named(self, exc: BaseException) -> str:
         """The error's first line, with "topic id N" as "topic 'name'" where the name is known

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import postroom
+from postroom.errors import InvalidArgument
 from postroom.log.partitioner import murmur2, partition_for_key
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
@@ -65,3 +66,17 @@ def test_publish_places_keys_like_kafka(any_client: postroom.Client) -> None:
             [[k.encode() for k in keys], [k.encode() for k in keys]],
         ).fetchall()
     assert [r[0] for r in rows] == [p.partition for p in published]
+
+
+@pytest.mark.parametrize("partitions", [0, -3])
+def test_a_partition_count_below_1_is_refused_by_name_in_python_and_sql(
+    dsn: str, partitions: int
+) -> None:
+    with pytest.raises(InvalidArgument, match=f"invalid partition count {partitions}"):
+        partition_for_key(b"k", partitions)
+    with (
+        psycopg.connect(dsn) as conn,
+        pytest.raises(psycopg.errors.InvalidParameterValue) as raised,
+    ):
+        conn.execute("SELECT postroom.partition_for_key('k', %s)", [partitions])
+    assert f"invalid partition count {partitions}" in str(raised.value)

@@ -466,3 +466,30 @@ def test_the_default_batch_size_is_the_sinks() -> None:
     assert AsyncRelay(cast(Any, None), "t", "redis://127.0.0.1:6379").batch_size == 2000
     assert AsyncRelay(cast(Any, None), "t", "kafka://127.0.0.1:9092").batch_size == 2000
     assert AsyncRelay(cast(Any, None), "t", ScriptedSink(), batch_size=7).batch_size == 7
+
+
+class UnprintableOutage(SinkUnavailable):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken too")
+
+
+def test_a_sink_error_whose_str_raises_is_reported_by_its_type_and_retried(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", list(range(3)))
+    sink = ScriptedSink()
+    failures: list[int] = []
+    plain_send = sink.send
+
+    async def send(batch: Sequence[Outbound]) -> None:
+        if not failures:
+            failures.append(1)
+            raise UnprintableOutage
+        await plain_send(batch)
+
+    sink.send = send  # type: ignore[method-assign]
+    with running_relay(client, "t", sink, group="relay.s", backoff=FAST) as relay:
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
+    assert sink.sent == ids("t", range(3))
+    assert relay.counters.sink_failures == 1

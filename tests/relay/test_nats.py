@@ -10,11 +10,15 @@ import pytest
 
 import postroom
 from postroom import Backoff
+from postroom.errors import SinkUnavailable
 
 from ..signals import wait_for
 from .helpers import check_delivery, decode, publish_keyed, running_relay, unique
 
 nats = pytest.importorskip("nats")
+
+from postroom.relay.sinks.nats import NatsSink  # noqa: E402 (needs nats-py)
+
 SERVER = "nats://127.0.0.1:4222"
 FAST = Backoff(base=0.01, factor=2, max_delay=0.2)
 
@@ -129,3 +133,15 @@ def test_an_illegal_subject_is_dead_lettered_and_its_partition_goes_on(
     [letter] = client.list_dead_letters("t")
     assert letter.headers["postroom-dlq-attempts"] == "1"
     assert "not a legal NATS subject" in str(letter.headers["postroom-dlq-error"])
+
+
+def test_an_unreachable_nats_server_is_reported_in_one_line_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = NatsSink("nats://127.0.0.1:1", timeout=0.5)  # nothing listens on port 1
+    caplog.set_level("DEBUG")
+    with pytest.raises(SinkUnavailable) as raised:
+        asyncio.run(asyncio.wait_for(sink.open(), 30))  # it never returned before
+    assert "ConnectionRefusedError" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert [r for r in caplog.records if r.exc_info] == []  # nats-py's default logs a traceback

@@ -218,12 +218,13 @@ SELECT partition, next_offset FROM {schema}.partitions
 WHERE topic_id = %(topic_id)s ORDER BY partition;
 
 -- name: list_groups
--- Every group with the topics it reads, its total lag, last commit, live members, and state:
+-- Every group with the topics it reads, its total lag (from its cursor or the low-water mark,
+-- whichever is higher: see describe_group), last commit, live members, and state:
 -- active (live members), idle (none), expired (not active on any of its topics: no member and no
 -- commit within the topic's group_ttl, else %(expiry)s; it holds back neither retention nor
 -- admission) (no locks).
 SELECT c.group_name, array_agg(DISTINCT t.name ORDER BY t.name) AS topics,
-       sum(greatest(p.next_offset - c.next_offset, 0))::bigint AS lag,
+       sum(greatest(p.next_offset - greatest(c.next_offset, low.low_water), 0))::bigint AS lag,
        max(c.updated_at) AS updated_at,
        coalesce(live.n, 0)::integer AS members,
        CASE WHEN coalesce(live.n, 0) > 0 THEN 'active'
@@ -234,6 +235,10 @@ SELECT c.group_name, array_agg(DISTINCT t.name ORDER BY t.name) AS topics,
 FROM {schema}.cursors c
 JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
 JOIN {schema}.topics t ON t.id = c.topic_id
+CROSS JOIN LATERAL (
+    SELECT coalesce(min(m."offset"), p.next_offset) AS low_water FROM {schema}.messages m
+    WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+) low
 LEFT JOIN (SELECT m.group_name, count(*) AS n FROM {schema}.members m
            WHERE m.expires_at > now() GROUP BY m.group_name) live
   ON live.group_name = c.group_name
@@ -253,19 +258,26 @@ ORDER BY c.group_name, t.name;
 
 -- name: describe_group
 -- Per partition a group reads: committed offset, high-water mark, lag in messages, lag in seconds
--- (age of the oldest unread retained message), and the live member holding it with its fencing
--- epoch (no locks).
+-- (age of the oldest unread retained message), the live member holding it with its fencing
+-- epoch, and the messages lost: deleted by retention before the group read them (its cursor is
+-- below the low-water mark; the next member to take the partition moves it up, migration 0022).
+-- Lag counts from the committed offset or the low-water mark, whichever is higher (no locks).
 SELECT t.name AS topic, c.partition, c.next_offset AS committed, p.next_offset AS high_water,
-       greatest(p.next_offset - c.next_offset, 0) AS lag,
+       greatest(p.next_offset - greatest(c.next_offset, low.low_water), 0) AS lag,
        coalesce(extract(epoch FROM now() - (
            SELECT m.created_at FROM {schema}.messages m
            WHERE m.topic_id = c.topic_id AND m.partition = c.partition
              AND m."offset" >= c.next_offset
            ORDER BY m."offset" LIMIT 1)), 0)::float8 AS lag_seconds,
-       c.updated_at, holder.owner AS member, holder.epoch
+       c.updated_at, holder.owner AS member, holder.epoch,
+       greatest(low.low_water - c.next_offset, 0) AS lost
 FROM {schema}.cursors c
 JOIN {schema}.partitions p ON p.topic_id = c.topic_id AND p.partition = c.partition
 JOIN {schema}.topics t ON t.id = c.topic_id
+CROSS JOIN LATERAL (
+    SELECT coalesce(min(m."offset"), p.next_offset) AS low_water FROM {schema}.messages m
+    WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+) low
 LEFT JOIN LATERAL (
     SELECT l.owner, l.epoch FROM {schema}.leases l
     JOIN {schema}.members mb

@@ -13,6 +13,7 @@ CREATE FUNCTION {schema}._admit_write() RETURNS trigger
 DECLARE
     t record;
     slowest record;
+    low_water bigint;
 
 BEGIN
     SELECT tp.name, coalesce(tp.group_ttl, interval '7 days') AS ttl INTO t
@@ -24,14 +25,24 @@ BEGIN
       AND {schema}._group_active(c.group_name, c.updated_at, t.ttl)
     ORDER BY c.next_offset
     LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'backlog full on topic % partition %: group % is % messages behind '
-                        '(max_lag %)', quote_literal(t.name), NEW.partition,
-                        quote_literal(slowest.group_name), OLD.next_offset - slowest.next_offset,
-                        NEW.max_lag
-            USING ERRCODE = 'PRB01';
+    IF NOT FOUND THEN
+        RETURN NEW;
     END IF;
-    RETURN NEW;
+    SELECT coalesce(min(m."offset"), OLD.next_offset) INTO low_water
+    FROM {schema}.messages m
+    WHERE m.topic_id = NEW.topic_id AND m.partition = NEW.partition;
+    IF low_water > slowest.next_offset THEN
+        -- Every group below the low-water mark is behind by the same count from it.
+        IF low_water > OLD.next_offset - NEW.max_lag THEN
+            RETURN NEW;
+        END IF;
+        slowest.next_offset := low_water;
+    END IF;
+    RAISE EXCEPTION 'backlog full on topic % partition %: group % is % messages behind '
+                    '(max_lag %)', quote_literal(t.name), NEW.partition,
+                    quote_literal(slowest.group_name), OLD.next_offset - slowest.next_offset,
+                    NEW.max_lag
+        USING ERRCODE = 'PRB01';
 
 END;
 
@@ -446,6 +457,18 @@ BEGIN
         WHERE m.group_name = p_group AND m.member_id = p_member;
     END IF;
     RETURN FOUND AND current IS DISTINCT FROM p_instance;
+
+END;
+
+$$;
+
+CREATE FUNCTION {schema}._invalid_partition_count(partitions integer) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'invalid partition count %: a topic has at least 1 partition', partitions
+        USING ERRCODE = 'invalid_parameter_value';
 
 END;
 
@@ -1619,6 +1642,25 @@ CREATE FUNCTION {schema}.ensure_cursors(group_name text, topic_ids integer[], pa
     )
     ORDER BY p.topic_id, p.partition
     ON CONFLICT DO NOTHING;
+    WITH low AS MATERIALIZED (
+        SELECT p.topic_id, p.partition,
+               coalesce((SELECT min(m."offset") FROM {schema}.messages m
+                         WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+                        p.next_offset) AS low_water
+        FROM unnest(topic_ids, partitions) AS a(topic_id, partition)
+        JOIN {schema}.partitions p ON p.topic_id = a.topic_id AND p.partition = a.partition
+    ), behind AS (
+        SELECT c.topic_id, c.partition, low.low_water
+        FROM {schema}.cursors c
+        JOIN low ON c.topic_id = low.topic_id AND c.partition = low.partition
+        WHERE c.group_name = ensure_cursors.group_name AND c.next_offset < low.low_water
+        ORDER BY c.topic_id, c.partition
+        FOR UPDATE OF c SKIP LOCKED
+    )
+    UPDATE {schema}.cursors c SET next_offset = behind.low_water, updated_at = now()
+    FROM behind
+    WHERE c.group_name = ensure_cursors.group_name AND c.topic_id = behind.topic_id
+      AND c.partition = behind.partition AND c.next_offset < behind.low_water;
 
 $$;
 
@@ -2009,7 +2051,10 @@ CREATE FUNCTION {schema}.lag(p_group text, p_topic text) RETURNS TABLE(partition
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT p.partition, c.next_offset, p.next_offset,
-           greatest(p.next_offset - coalesce(c.next_offset, 0), 0)
+           greatest(p.next_offset - greatest(coalesce(c.next_offset, 0), coalesce(
+               (SELECT min(m."offset") FROM {schema}.messages m
+                WHERE m.topic_id = p.topic_id AND m.partition = p.partition),
+               p.next_offset)), 0)
     FROM {schema}.partitions p
     LEFT JOIN {schema}.cursors c
       ON c.group_name = p_group AND c.topic_id = p.topic_id AND c.partition = p.partition
@@ -2067,7 +2112,7 @@ $$;
 
 CREATE FUNCTION {schema}.partition_for_key(key bytea, partitions integer) RETURNS integer
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    RETURN (({schema}.murmur2(key) & 2147483647) % partitions);
+    RETURN CASE WHEN (partitions >= 1) THEN (({schema}.murmur2(key) & 2147483647) % partitions) ELSE {schema}._invalid_partition_count(partitions) END;
 
 CREATE FUNCTION {schema}.pause_queue(queue_name text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER

@@ -85,6 +85,8 @@ def parse_duration(text: str) -> timedelta:
     seconds = sum(int(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(cleaned))
     if seconds == 0:
         raise InvalidArgument(f"invalid duration {text!r}: must be longer than 0 seconds")
+    if seconds > timedelta.max.total_seconds():
+        raise InvalidArgument(f"invalid duration {text!r}: at most {timedelta.max.days} days")
     return timedelta(seconds=seconds)
 
 

@@ -16,7 +16,15 @@ from .common import console, fail, jsonable, open_client, print_json, when
 app = typer.Typer(no_args_is_help=True, help="Inspect, reset and delete consumer groups.")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-LAG_COLUMNS = ("group", "topic", "partition", "committed", "high-water", "lag", "lag seconds")
+LAG_COLUMNS = (
+    "group",
+    "topic",
+    "partition",
+    "committed",
+    "high-water",
+    "lag",
+    "lag seconds",
+)
 
 
 @app.command("list")
@@ -151,7 +159,11 @@ def lag(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 def _print_lag(infos: list[postroom.GroupInfo], *, members: bool = False) -> None:
-    table = Table(*LAG_COLUMNS, *(("member", "epoch") if members else ()))
+    # "lost" (messages retention deleted before the group read them) only when there are some.
+    lost = any(part.lost for info in infos for part in info.partitions)
+    table = Table(
+        *LAG_COLUMNS, *(("lost",) if lost else ()), *(("member", "epoch") if members else ())
+    )
     for info in infos:
         for part in info.partitions:
             holder = (part.member or "-", "-" if part.epoch is None else str(part.epoch))
@@ -163,6 +175,7 @@ def _print_lag(infos: list[postroom.GroupInfo], *, members: bool = False) -> Non
                 str(part.high_water),
                 str(part.lag),
                 f"{part.lag_seconds:.1f}",
+                *((str(part.lost),) if lost else ()),
                 *(holder if members else ()),
             )
     console.print(table)

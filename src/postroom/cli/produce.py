@@ -133,6 +133,24 @@ def _stdin_lines(
         yield text, options
 
 
+def _numbered_lines(stream: IO[str], path: str) -> Iterator[tuple[int, str]]:
+    """``stream``'s lines with their numbers; a line that is not UTF-8 is a one-line error."""
+    number = 0
+    lines = iter(stream)
+    while True:
+        number += 1
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(
+                f"{path}: not UTF-8 text near line {number} ({exc.reason}): "
+                "--file reads JSON lines in UTF-8"
+            ) from None
+        yield number, line
+
+
 def _json_lines(path: str, defaults: dict[str, Any]) -> Iterator[tuple[Any, dict[str, Any]]]:
     """(value, options) for every non-blank line of a JSON-lines file (``-`` is stdin).
 
@@ -141,7 +159,7 @@ def _json_lines(path: str, defaults: dict[str, Any]) -> Iterator[tuple[Any, dict
     """
     stream = sys.stdin if path == "-" else _open(path)
     try:
-        for number, line in enumerate(stream, start=1):
+        for number, line in _numbered_lines(stream, path):
             if not line.strip():
                 continue
             try:

@@ -13,6 +13,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from .._acompat import ABackground, AEvent, aoutcome, asleep
+from .._checks import check_int
 from .._db_async import AsyncDatabase
 from .._reconnect import RECONNECT_CAP
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
@@ -34,6 +35,8 @@ from .records import (
     utc_timestamps,
 )
 
+MAX_INT4 = 2**31 - 1
+MAX_INT8 = 2**63 - 1
 POLL_INTERVAL = 0.5
 """Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
@@ -171,10 +174,8 @@ class AsyncConsumer(AsyncAssignedPartitions):
         at least one message) after the current positions, waiting at most ``timeout`` seconds
         for the first one. Advances the in-memory positions only: call ``commit()`` to store
         them. In a group, also applies assignment changes (``on_revoke``/``on_assign``)."""
-        if max_messages < 1:
-            raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
-        if max_bytes < 1:
-            raise InvalidArgument(f"invalid max_bytes {max_bytes!r}: must be >= 1")
+        check_int("max_messages", max_messages, 1, MAX_INT4)
+        check_int("max_bytes", max_bytes, 1, MAX_INT8)
         await self._ensure_assigned()
         if self._membership is not None:
             self._membership.polled()
@@ -417,9 +418,12 @@ class AsyncConsumer(AsyncAssignedPartitions):
             except psycopg.Error:
                 pass  # already broken
 
-    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Store the next offsets to read: the current positions, or ``offsets`` (each at most
-        the partition's high-water mark, else :class:`OffsetOutOfRange`).
+    async def commit(self, offsets: Mapping[TopicPartition, int] | Message | None = None) -> None:
+        """Store the next offsets to read: the current positions (as Kafka: what ``poll()``
+        returned, handled or not), ``offsets`` (each at most the partition's high-water mark,
+        else :class:`OffsetOutOfRange`), or, given a message, the offset after it on its
+        partition (it and everything before it there is done). A handler that stops in the
+        middle of a batch calls ``rewind()`` first (docs/log.md, "Poll/commit").
 
         Cursors only move forward: committing an offset below the stored one changes nothing
         (use ``Client.reset_group`` to go back). A member that lost a partition (session
@@ -427,6 +431,8 @@ class AsyncConsumer(AsyncAssignedPartitions):
         partitions refused then deliver nothing more until the group hands them back. An
         instance replaced by a newer one with its ``member_id`` gets :class:`InstanceFenced`."""
         self._need_group("commit")
+        if isinstance(offsets, Message):
+            offsets = {offsets.topic_partition: offsets.offset + 1}
         self._check_can_commit()  # fenced for good, or left for not polling in time
         if not self._ready:
             await self._ensure_assigned()
@@ -509,6 +515,33 @@ class AsyncConsumer(AsyncAssignedPartitions):
         assigned.position = offset
         assigned.buffer.clear()
 
+    async def rewind(self, unhandled: Iterable[Message]) -> None:
+        """Make the next ``poll()`` return ``unhandled`` again: each partition's position goes
+        back to the first of them, so ``commit()`` then stores only what was handled before.
+
+            messages = consumer.poll()
+            for i, message in enumerate(messages):
+                try:
+                    handle(message)
+                except Exception:
+                    consumer.rewind(messages[i:])  # awaited in AsyncConsumer
+                    break
+            consumer.commit()
+        """
+        first: dict[TopicPartition, int] = {}
+        for message in unhandled:
+            tp = message.topic_partition
+            first[tp] = min(first.get(tp, message.offset), message.offset)
+        if not first:
+            return
+        await self._drop_prefetch()
+        with self._lock:
+            for tp, offset in first.items():
+                assigned = self._get(tp)
+                if offset < assigned.position:
+                    assigned.position = offset
+                    assigned.buffer.clear()
+
     # -- transactional consumption --------------------------------------------------------
 
     @asynccontextmanager
@@ -527,8 +560,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
                 for message in batch:
                     batch.connection.execute("INSERT INTO invoices ...", ...)  # awaited
         """
-        if max_messages < 1:
-            raise InvalidArgument(f"invalid max_messages {max_messages!r}: must be >= 1")
+        check_int("max_messages", max_messages, 1, MAX_INT4)  # an integer in SQL
         self._need_group("transaction")
         await self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
@@ -570,6 +602,13 @@ class AsyncConsumer(AsyncAssignedPartitions):
         member was paused: its partitions may have moved) is reported as :class:`Fenced`."""
         try:
             yield
+        except pg_errors.LockNotAvailable as exc:
+            # A rebalance held the group's rows past this member's lock_timeout (a storm of
+            # joins and leaves): the partitions may be moving; nothing was committed.
+            raise Fenced(
+                f"member {self.member_id!r} of group {self.group!r} waited past its lock "
+                "timeout for a rebalance in progress: nothing was committed, call again"
+            ) from exc
         except pg_errors.IdleInTransactionSessionTimeout as exc:
             raise Fenced(
                 f"member {self.member_id!r} of group {self.group!r} idled inside its batch "

@@ -19,19 +19,58 @@ failed; ``Message.original_id`` is the id to deduplicate on.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from .._db import Database
 from ..errors import InvalidArgument, TopicExists, TopicNotFound
-from .records import HeaderValue, Message, check_name
+from .records import MAX_HEADER_BYTES, MAX_HEADERS, HeaderValue, Message, check_name
 from .subscription import DLQ_SUFFIX
+
+log = logging.getLogger("postroom.dlq")
 
 HEADER_PREFIX = "postroom-dlq-"
 REPLAY_GROUP = "postroom-replay-group"
 """Header of a replayed dead letter: the group it is for (the one that failed on it)."""
 REPLAY_OF = "postroom-replay-of"
 """Header of a replayed dead letter: the id of the message first dead-lettered."""
+
+TRIMMED_HEADER = f"{HEADER_PREFIX}trimmed"
+"""Set on a dead letter whose original headers did not all fit beside postroom's own."""
+
+
+def _header_size(name: str, value: HeaderValue) -> int:
+    """What a header counts against MAX_HEADER_BYTES (as records.encode_headers counts)."""
+    raw = value if isinstance(value, bytes) else value.encode("utf-8", "replace")
+    return len(name) + len(raw)
+
+
+def fit_headers(
+    original: Mapping[str, HeaderValue], own: dict[str, HeaderValue]
+) -> dict[str, HeaderValue]:
+    """A dead letter's headers: ``original`` then postroom's ``own``, always within the header
+    limits. A poison whose headers leave no room (a message may carry up to MAX_HEADERS) keeps
+    those that fit, in order, and gets ``postroom-dlq-trimmed`` saying how many were dropped:
+    a dead letter that cannot be written would stop its partition for good (issue 23, item 8).
+    ``own`` must fit by itself (a few short headers and an error cut to its limit)."""
+    rest = {k: v for k, v in original.items() if k not in own}
+    sizes = [_header_size(k, v) for k, v in rest.items()]
+    own_size = sum(_header_size(k, v) for k, v in own.items())
+    if len(rest) + len(own) <= MAX_HEADERS and sum(sizes) + own_size <= MAX_HEADER_BYTES:
+        return {**rest, **own}
+    note_room = len(TRIMMED_HEADER) + 120  # the note below is shorter than this
+    room, slots = MAX_HEADER_BYTES - own_size - note_room, MAX_HEADERS - len(own) - 1
+    kept: dict[str, HeaderValue] = {}
+    for (name, value), size in zip(rest.items(), sizes, strict=True):
+        if len(kept) < slots and size <= room:
+            kept[name] = value
+            room -= size
+    note = (
+        f"{len(rest) - len(kept)} of {len(rest)} original headers dropped to fit the limits "
+        f"({MAX_HEADERS} headers, {MAX_HEADER_BYTES} bytes)"
+    )
+    return {**kept, **own, TRIMMED_HEADER: note}
 
 
 def dead_letter_topic(topic: str) -> str:
@@ -76,8 +115,9 @@ class DeadLetters:
         topic is created first if missing."""
         check_name("group", group)
         target = dead_letter_topic(message.topic) if topic is None else check_name("topic", topic)
-        letter: dict[str, HeaderValue] = {
-            **message.headers,
+        # Never too large: the original headers that do not fit beside postroom's are dropped
+        # (and counted in postroom-dlq-trimmed), so a poison always leaves its partition.
+        own: dict[str, HeaderValue] = {
             HEADER_PREFIX + "topic": message.topic,
             HEADER_PREFIX + "partition": str(message.partition),
             HEADER_PREFIX + "offset": str(message.offset),
@@ -87,6 +127,7 @@ class DeadLetters:
             HEADER_PREFIX + "error": error,
             **(headers or {}),
         }
+        letter = fit_headers(message.headers, own)
         try:
             self._client.describe_topic(target)  # before the claim, which it would undo
         except TopicNotFound:
@@ -132,7 +173,9 @@ class DeadLetters:
     def replay(self, topic: str, group: str) -> int:
         """Republish each dead letter once, marked for the group that failed on it: the cursor
         of ``group`` on the dead-letter topic advances in the transaction that publishes
-        (transactional consumption)."""
+        (transactional consumption). A dead letter that cannot be published (its source topic
+        was deleted) is logged and passed over, so it does not hold back the others; it is not
+        counted."""
         replayed = 0
         if not self._exists(topic):
             return replayed
@@ -145,16 +188,23 @@ class DeadLetters:
                 with consumer.transaction(max_messages=500) as batch:
                     for message in batch:
                         source = _text(message.headers.get(HEADER_PREFIX + "topic"))
-                        self._client.publish(
-                            source or source_default,
-                            message.value,
-                            key=message.key,
-                            headers=replay_headers(message.headers),
-                            conn=batch.connection,
-                        )
+                        try:
+                            # A savepoint: a refused publish leaves the batch's transaction
+                            # usable for the dead letters after it.
+                            with batch.connection.transaction():
+                                self._client.publish(
+                                    source or source_default,
+                                    message.value,
+                                    key=message.key,
+                                    headers=replay_headers(message.headers),
+                                    conn=batch.connection,
+                                )
+                        except (TopicNotFound, InvalidArgument) as exc:
+                            log.warning("dead letter %s not replayed: %s", message.id, exc)
+                            continue
+                        replayed += 1
                 if not batch.messages:
                     return replayed
-                replayed += len(batch.messages)
 
 
 def replay_headers(letter: Mapping[str, HeaderValue]) -> dict[str, HeaderValue]:

@@ -6,6 +6,8 @@ function ``{schema}.partition_for_key`` implements the same arithmetic.
 
 from __future__ import annotations
 
+from ..errors import InvalidArgument
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -37,5 +39,10 @@ def murmur2(data: bytes) -> int:
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner picks: ``(murmur2(key) & 0x7fffffff) % n``."""
+    """The partition Kafka's default partitioner picks: ``(murmur2(key) & 0x7fffffff) % n``;
+    :class:`InvalidArgument` for a partition count below 1 (a topic has at least one)."""
+    if type(partitions) is not int or partitions < 1:
+        raise InvalidArgument(
+            f"invalid partition count {partitions!r}: a topic has at least 1 partition"
+        )
     return (murmur2(key) & 0x7FFFFFFF) % partitions

@@ -189,8 +189,11 @@ def utc_timestamps(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> No
 def check_name(kind: str, name: object) -> str:
     """Return ``name`` if it is a valid topic/group/queue name, else raise :class:`InvalidName`."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        shown = repr(name)
+        if isinstance(name, str) and len(name) > 200:  # a megabyte name is not repeated whole
+            shown = f"{name[:40]!r}... ({len(name)} characters)"
         raise InvalidName(
-            f"invalid {kind} name {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ -, "
+            f"invalid {kind} name {shown}: use 1-200 characters from A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit"
         )
     return name
@@ -410,6 +413,10 @@ class PartitionLag:
     """The live group member holding the partition (None: nobody, or a manual consumer)."""
     epoch: int | None = None
     """The fencing epoch of that member's ownership."""
+    lost: int = 0
+    """Messages retention deleted before the group read them (its cursor is below the
+    low-water mark; not lag: ``lag`` counts from the low-water mark). The next member to take
+    the partition moves the cursor up to the low-water mark, like Kafka's auto.offset.reset."""
 
 
 @dataclass(frozen=True, slots=True)

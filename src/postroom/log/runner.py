@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
+from .._checks import error_text
 from .._reconnect import reconnect_delay
 from ..errors import (
     DatabaseUnavailable,
@@ -42,6 +43,12 @@ log = logging.getLogger("postroom.runner")
 POLL_WAIT = 0.5
 """Seconds a member waits for messages before it checks for a stop request."""
 MAX_ERROR_CHARS = 2000
+
+
+class _StoppedInBackoff(Exception):
+    """``stop()`` came while a failed message waited for its next attempt: the message is
+    neither retried at once nor dead-lettered (its failure may be transient); it stays
+    uncommitted for the partition's next owner."""
 
 
 class Runner:
@@ -121,6 +128,9 @@ class Runner:
                     log.error("%s: %s; this member ends", sub.name, exc)
                     self._errors.append(exc)
                     return
+                except _StoppedInBackoff:
+                    log.info("%s: stopped during a retry backoff; the message is left", sub.name)
+                    break
                 except Fenced as exc:
                     log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
@@ -155,12 +165,23 @@ class Runner:
         for message in messages:
             if not replay_for_another_group(message, sub.group):
                 by_partition.setdefault(message.topic_partition, []).append(message)
-        for batch in by_partition.values():
-            if sub.batch:
-                self._deliver_batch(sub, batch, None)
-            else:
-                for message in batch:
-                    self._deliver(sub, message, None)
+        handled: dict[TopicPartition, int] = {}
+        try:
+            for tp, batch in by_partition.items():
+                if sub.batch:
+                    self._deliver_batch(sub, batch, None)
+                    handled[tp] = batch[-1].offset + 1
+                else:
+                    for message in batch:
+                        self._deliver(sub, message, None)
+                        handled[tp] = message.offset + 1
+        except _StoppedInBackoff:
+            if handled:  # what was handled before the stop, not the message that waited
+                consumer.commit(handled)
+                self.processed += sum(
+                    1 for m in messages if m.offset < handled.get(m.topic_partition, 0)
+                )
+            raise
         consumer.commit()
         self.processed += len(messages)
 
@@ -218,7 +239,9 @@ class Runner:
                     with conn.transaction():  # a savepoint
                         call_hook(sub.handler, *args)
                 return None
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
+                # sys.exit() in a handler is its failure, not the runner's exit: the runner's
+                # own shutdown is stop() (an event), never a SystemExit out of a handler.
                 if isinstance(exc, psycopg.OperationalError) and (conn is not None and conn.closed):
                     raise  # the batch's connection is gone: the batch comes again
                 log.warning(
@@ -232,6 +255,8 @@ class Runner:
                 if attempt == sub.max_attempts:
                     return attempt, exc
                 self._stop.wait_timeout(sub.retry_wait(attempt))
+                if self._stop.is_set():
+                    raise _StoppedInBackoff from None
         return None  # not reached: max_attempts >= 1
 
     def _dead_letter(
@@ -270,5 +295,5 @@ class Runner:
 
 
 def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")
+    text = error_text(exc).replace("\x00", "\\x00")
     return text.encode("utf-8", "replace").decode("utf-8")[:MAX_ERROR_CHARS]

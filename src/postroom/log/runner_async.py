@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from .._acompat import AEvent, acall_hook, ajoin_all, aspawn, install_stop_handler
+from .._checks import error_text
 from .._reconnect import reconnect_delay
 from ..errors import (
     DatabaseUnavailable,
@@ -40,6 +41,12 @@ log = logging.getLogger("postroom.runner")
 POLL_WAIT = 0.5
 """Seconds a member waits for messages before it checks for a stop request."""
 MAX_ERROR_CHARS = 2000
+
+
+class _StoppedInBackoff(Exception):
+    """``stop()`` came while a failed message waited for its next attempt: the message is
+    neither retried at once nor dead-lettered (its failure may be transient); it stays
+    uncommitted for the partition's next owner."""
 
 
 class AsyncRunner:
@@ -119,6 +126,9 @@ class AsyncRunner:
                     log.error("%s: %s; this member ends", sub.name, exc)
                     self._errors.append(exc)
                     return
+                except _StoppedInBackoff:
+                    log.info("%s: stopped during a retry backoff; the message is left", sub.name)
+                    break
                 except Fenced as exc:
                     log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
@@ -153,12 +163,23 @@ class AsyncRunner:
         for message in messages:
             if not replay_for_another_group(message, sub.group):
                 by_partition.setdefault(message.topic_partition, []).append(message)
-        for batch in by_partition.values():
-            if sub.batch:
-                await self._deliver_batch(sub, batch, None)
-            else:
-                for message in batch:
-                    await self._deliver(sub, message, None)
+        handled: dict[TopicPartition, int] = {}
+        try:
+            for tp, batch in by_partition.items():
+                if sub.batch:
+                    await self._deliver_batch(sub, batch, None)
+                    handled[tp] = batch[-1].offset + 1
+                else:
+                    for message in batch:
+                        await self._deliver(sub, message, None)
+                        handled[tp] = message.offset + 1
+        except _StoppedInBackoff:
+            if handled:  # what was handled before the stop, not the message that waited
+                await consumer.commit(handled)
+                self.processed += sum(
+                    1 for m in messages if m.offset < handled.get(m.topic_partition, 0)
+                )
+            raise
         await consumer.commit()
         self.processed += len(messages)
 
@@ -220,7 +241,9 @@ class AsyncRunner:
                     async with conn.transaction():  # a savepoint
                         await acall_hook(sub.handler, *args)
                 return None
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
+                # sys.exit() in a handler is its failure, not the runner's exit: the runner's
+                # own shutdown is stop() (an event), never a SystemExit out of a handler.
                 if isinstance(exc, psycopg.OperationalError) and (conn is not None and conn.closed):
                     raise  # the batch's connection is gone: the batch comes again
                 log.warning(
@@ -234,6 +257,8 @@ class AsyncRunner:
                 if attempt == sub.max_attempts:
                     return attempt, exc
                 await self._stop.wait_timeout(sub.retry_wait(attempt))
+                if self._stop.is_set():
+                    raise _StoppedInBackoff from None
         return None  # not reached: max_attempts >= 1
 
     async def _dead_letter(
@@ -272,5 +297,5 @@ class AsyncRunner:
 
 
 def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\x00")
+    text = error_text(exc).replace("\x00", "\\x00")
     return text.encode("utf-8", "replace").decode("utf-8")[:MAX_ERROR_CHARS]

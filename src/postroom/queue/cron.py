@@ -242,7 +242,7 @@ def _parse_item(expression: str, field: _Field, item: str) -> range:
     base, _, step_text = item.partition("/")
     step = 1
     if step_text:
-        if not step_text.isdigit() or int(step_text) < 1:
+        if not _ascii_number(step_text) or int(step_text) < 1:
             raise bad("has an invalid step")
         step = int(step_text)
     if base == "*":
@@ -258,12 +258,18 @@ def _parse_item(expression: str, field: _Field, item: str) -> range:
     return range(low, high + 1, step)
 
 
+def _ascii_number(text: str) -> bool:
+    """Whether ``text`` is ASCII digits only: ``str.isdigit`` also takes '²' (which ``int``
+    then refuses) and '٣' (which ``int`` reads as 3)."""
+    return text.isascii() and text.isdigit()
+
+
 def _value(field: _Field, text: str, bad: object) -> int:
     assert callable(bad)
     lowered = text.lower()
     if field.names and lowered in field.names:
         return field.names[lowered]
-    if not text.isdigit():
+    if not _ascii_number(text):
         raise bad("is not a number")
     value = int(text)
     if not field.low <= value <= field.high:

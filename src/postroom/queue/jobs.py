@@ -46,6 +46,10 @@ from .serializer import Serializer, check_serializer
 
 ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
+PIPELINE_MAX_BYTES = 1024 * 1024
+"""Arguments one pipeline sends at most; a larger chunk goes alone, outside a pipeline (a
+round trip costs nothing next to sending a megabyte, and psycopg's pipeline mode was seen to
+wait forever on statements of 20-30 MB: issue 23, item 10)."""
 
 _KIND_AND_ARGS = frozenset({"kind", "args"})
 
@@ -221,33 +225,40 @@ class Jobs(JobAdmin):
         if isinstance(requests, list) and not requests:
             return []
         queues: set[str] = set()
-        keyed = False
         sent: list[tuple[list[JobRequest], psycopg.Cursor[Any]]] = []
 
         def committing() -> str:
             return describe_jobs([r for chunk, _ in sent for r in chunk])
 
         with self.db.connection(conn, committing=committing) as db_conn:
-            # One pipeline: every statement of the batch is sent without waiting for the one
-            # before, so the server inserts a chunk while this side prepares the next.
             try:
-                with db_conn.pipeline():
-                    for chunk in _chunks(requests):
-                        queues.update([r.options.queue for r in chunk])
-                        keyed = keyed or any(r.options.unique_key is not None for r in chunk)
-                        sent.append((chunk, self._send(db_conn, chunk)))
-                    if not sent:
-                        return []
-                    # The wake-up hint for idle workers is delivered at commit.
-                    db_conn.execute(
-                        self.db.q("notify_queues"),
-                        {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
-                    )
-                    if conn is None and not keyed:
-                        # Our own transaction, and no taken key to look up once the rows are
-                        # in: the commit goes out with the inserts, one round trip in all.
-                        commit_or_unknown(db_conn, committing)
-                    stored = [self._stored(db_conn, chunk, cur) for chunk, cur in sent]
+                chunks = _chunks(requests)
+                chunk = next(chunks, None)
+                finished = False
+                while chunk is not None:
+                    if _args_size(chunk) > PIPELINE_MAX_BYTES:
+                        # Alone and outside a pipeline: psycopg's pipeline mode can wait
+                        # forever for the results of a statement of many megabytes it has
+                        # not finished sending (the server waits for the rest of it).
+                        sent.append((chunk, self._send(db_conn, chunk, queues)))
+                        chunk = next(chunks, None)
+                        continue
+                    # A pipeline of statements of PIPELINE_MAX_BYTES at most: each is sent
+                    # without waiting for the one before, so the server inserts a chunk while
+                    # this side prepares the next.
+                    with db_conn.pipeline():
+                        budget = PIPELINE_MAX_BYTES
+                        while chunk is not None and _args_size(chunk) <= budget:
+                            budget -= _args_size(chunk)
+                            sent.append((chunk, self._send(db_conn, chunk, queues)))
+                            chunk = next(chunks, None)
+                        if chunk is None:
+                            finished = self._finish(db_conn, queues, conn is None, sent, committing)
+                if not sent:
+                    return []
+                if not finished:
+                    self._finish(db_conn, queues, conn is None, sent, committing)
+                stored = [self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).
                 raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
@@ -259,6 +270,25 @@ class Jobs(JobAdmin):
                 pairs = zip(ids, created, strict=True)
                 jobs += [Job(self, job_id, new) for job_id, new in pairs]
         return jobs
+
+    def _finish(
+        self,
+        conn: psycopg.Connection[Any],
+        queues: set[str],
+        own: bool,
+        sent: list[Any],
+        committing: Callable[[], str],
+    ) -> bool:
+        """The wake-up hint for idle workers (delivered at commit), and the commit when the
+        transaction is ours and no taken key is left to look up once the rows are in (in a
+        pipeline it goes out with the inserts: one round trip in all)."""
+        conn.execute(
+            self.db.q("notify_queues"),
+            {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
+        )
+        if own and not any(r.options.unique_key is not None for c, _ in sent for r in c):
+            commit_or_unknown(conn, committing)
+        return True
 
     def enqueue_group(
         self, requests: list[JobRequest], then: JobRequest | None, conn: object
@@ -274,8 +304,12 @@ class Jobs(JobAdmin):
             )
             return members, (self.enqueue([callback], db_conn))[0]
 
-    def _send(self, conn: psycopg.Connection[Any], chunk: list[JobRequest]) -> psycopg.Cursor[Any]:
-        """Send the insert of one chunk (in pipeline mode: its rows are read by ``_stored``)."""
+    def _send(
+        self, conn: psycopg.Connection[Any], chunk: list[JobRequest], queues: set[str]
+    ) -> psycopg.Cursor[Any]:
+        """Send the insert of one chunk (in pipeline mode: its rows are read by ``_stored``),
+        adding its queues to ``queues``."""
+        queues.update([r.options.queue for r in chunk])
         if chunk[0].options.is_workflow:
             (request,) = chunk
             options = request.options
@@ -338,7 +372,9 @@ class Jobs(JobAdmin):
                 if item not in holders:
                     # The holder finished between the insert and the lookup: insert again.
                     again = [r for r in chunk if r.options.unique_key == item][:1]
-                    again_ids, again_created = self._stored(conn, again, self._send(conn, again))
+                    again_ids, again_created = self._stored(
+                        conn, again, self._send(conn, again, set())
+                    )
                     resolved.append(again_ids[0])
                     created.append(again_created is None or again_created[0])
                     continue
@@ -446,6 +482,11 @@ class Job:
     def cancel(self) -> str:
         """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
         return self._jobs.cancel(self.id)
+
+
+def _args_size(chunk: list[JobRequest]) -> int:
+    """About the bytes a chunk's statement sends (its arguments' JSON text)."""
+    return sum(len(r.args_json) for r in chunk)
 
 
 def _chunks(requests: Iterable[JobRequest]) -> Iterator[list[JobRequest]]:

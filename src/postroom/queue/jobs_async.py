@@ -44,6 +44,10 @@ from .serializer import Serializer, check_serializer
 
 ENQUEUE_CHUNK = 5000
 """Jobs per INSERT statement in ``enqueue_batch``."""
+PIPELINE_MAX_BYTES = 1024 * 1024
+"""Arguments one pipeline sends at most; a larger chunk goes alone, outside a pipeline (a
+round trip costs nothing next to sending a megabyte, and psycopg's pipeline mode was seen to
+wait forever on statements of 20-30 MB: issue 23, item 10)."""
 
 _KIND_AND_ARGS = frozenset({"kind", "args"})
 
@@ -219,33 +223,42 @@ class AsyncJobs(AsyncJobAdmin):
         if isinstance(requests, list) and not requests:
             return []
         queues: set[str] = set()
-        keyed = False
         sent: list[tuple[list[JobRequest], psycopg.AsyncCursor[Any]]] = []
 
         def committing() -> str:
             return describe_jobs([r for chunk, _ in sent for r in chunk])
 
         async with self.db.connection(conn, committing=committing) as db_conn:
-            # One pipeline: every statement of the batch is sent without waiting for the one
-            # before, so the server inserts a chunk while this side prepares the next.
             try:
-                async with db_conn.pipeline():
-                    for chunk in _chunks(requests):
-                        queues.update([r.options.queue for r in chunk])
-                        keyed = keyed or any(r.options.unique_key is not None for r in chunk)
-                        sent.append((chunk, await self._send(db_conn, chunk)))
-                    if not sent:
-                        return []
-                    # The wake-up hint for idle workers is delivered at commit.
-                    await db_conn.execute(
-                        self.db.q("notify_queues"),
-                        {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
-                    )
-                    if conn is None and not keyed:
-                        # Our own transaction, and no taken key to look up once the rows are
-                        # in: the commit goes out with the inserts, one round trip in all.
-                        await commit_or_unknown(db_conn, committing)
-                    stored = [await self._stored(db_conn, chunk, cur) for chunk, cur in sent]
+                chunks = _chunks(requests)
+                chunk = next(chunks, None)
+                finished = False
+                while chunk is not None:
+                    if _args_size(chunk) > PIPELINE_MAX_BYTES:
+                        # Alone and outside a pipeline: psycopg's pipeline mode can wait
+                        # forever for the results of a statement of many megabytes it has
+                        # not finished sending (the server waits for the rest of it).
+                        sent.append((chunk, await self._send(db_conn, chunk, queues)))
+                        chunk = next(chunks, None)
+                        continue
+                    # A pipeline of statements of PIPELINE_MAX_BYTES at most: each is sent
+                    # without waiting for the one before, so the server inserts a chunk while
+                    # this side prepares the next.
+                    async with db_conn.pipeline():
+                        budget = PIPELINE_MAX_BYTES
+                        while chunk is not None and _args_size(chunk) <= budget:
+                            budget -= _args_size(chunk)
+                            sent.append((chunk, await self._send(db_conn, chunk, queues)))
+                            chunk = next(chunks, None)
+                        if chunk is None:
+                            finished = await self._finish(
+                                db_conn, queues, conn is None, sent, committing
+                            )
+                if not sent:
+                    return []
+                if not finished:
+                    await self._finish(db_conn, queues, conn is None, sent, committing)
+                stored = [await self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).
                 raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
@@ -257,6 +270,25 @@ class AsyncJobs(AsyncJobAdmin):
                 pairs = zip(ids, created, strict=True)
                 jobs += [AsyncJob(self, job_id, new) for job_id, new in pairs]
         return jobs
+
+    async def _finish(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        queues: set[str],
+        own: bool,
+        sent: list[Any],
+        committing: Callable[[], str],
+    ) -> bool:
+        """The wake-up hint for idle workers (delivered at commit), and the commit when the
+        transaction is ours and no taken key is left to look up once the rows are in (in a
+        pipeline it goes out with the inserts: one round trip in all)."""
+        await conn.execute(
+            self.db.q("notify_queues"),
+            {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
+        )
+        if own and not any(r.options.unique_key is not None for c, _ in sent for r in c):
+            await commit_or_unknown(conn, committing)
+        return True
 
     async def enqueue_group(
         self, requests: list[JobRequest], then: JobRequest | None, conn: object
@@ -273,9 +305,11 @@ class AsyncJobs(AsyncJobAdmin):
             return members, (await self.enqueue([callback], db_conn))[0]
 
     async def _send(
-        self, conn: psycopg.AsyncConnection[Any], chunk: list[JobRequest]
+        self, conn: psycopg.AsyncConnection[Any], chunk: list[JobRequest], queues: set[str]
     ) -> psycopg.AsyncCursor[Any]:
-        """Send the insert of one chunk (in pipeline mode: its rows are read by ``_stored``)."""
+        """Send the insert of one chunk (in pipeline mode: its rows are read by ``_stored``),
+        adding its queues to ``queues``."""
+        queues.update([r.options.queue for r in chunk])
         if chunk[0].options.is_workflow:
             (request,) = chunk
             options = request.options
@@ -339,7 +373,7 @@ class AsyncJobs(AsyncJobAdmin):
                     # The holder finished between the insert and the lookup: insert again.
                     again = [r for r in chunk if r.options.unique_key == item][:1]
                     again_ids, again_created = await self._stored(
-                        conn, again, await self._send(conn, again)
+                        conn, again, await self._send(conn, again, set())
                     )
                     resolved.append(again_ids[0])
                     created.append(again_created is None or again_created[0])
@@ -448,6 +482,11 @@ class AsyncJob:
     async def cancel(self) -> str:
         """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
         return await self._jobs.cancel(self.id)
+
+
+def _args_size(chunk: list[JobRequest]) -> int:
+    """About the bytes a chunk's statement sends (its arguments' JSON text)."""
+    return sum(len(r.args_json) for r in chunk)
 
 
 def _chunks(requests: Iterable[JobRequest]) -> Iterator[list[JobRequest]]:

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._checks import safe_str
 from ..errors import (
     DestinationUnusable,
     MessageRejected,
@@ -117,7 +118,9 @@ class Delivery:
             except SinkUnavailable as exc:
                 unavailable += 1
                 self.counters.sink_failures += 1
-                self.note(f"sink unavailable (attempt {unavailable}), retrying batch: {exc}")
+                self.note(
+                    f"sink unavailable (attempt {unavailable}), retrying batch: {safe_str(exc)}"
+                )
                 await self.sleep(self.backoff.delay(unavailable))
                 continue
             except MessageRejected as exc:
@@ -126,10 +129,10 @@ class Delivery:
                 pending = pending[index:]
                 rejected += 1
                 if rejected < self.max_attempts and not isinstance(exc, DestinationUnusable):
-                    self.note(f"{pending[0].id} rejected (attempt {rejected}): {exc}")
+                    self.note(f"{pending[0].id} rejected (attempt {rejected}): {safe_str(exc)}")
                     await self.sleep(self.backoff.delay(rejected))
                     continue
-                await self.dead_letter(pending[0].source, str(exc), attempts=rejected)
+                await self.dead_letter(pending[0].source, safe_str(exc), attempts=rejected)
                 pending = pending[1:]
                 rejected = 0
                 continue

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
+from .._checks import safe_str
 from .._reconnect import reconnect_delay
 from ..errors import (
     DatabaseUnavailable,
@@ -193,7 +194,7 @@ class AsyncRelay:
                         await self._pipeline(consumer)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
                     self._db_failures += 1
-                    self._note(f"database unavailable, retrying: {exc}")
+                    self._note(f"database unavailable, retrying: {safe_str(exc)}")
                     # Not the sink's backoff: the database is tried again within 0.5 s.
                     await self._sleep(reconnect_delay(self._db_failures))
         finally:
@@ -222,7 +223,7 @@ class AsyncRelay:
                 return
             except SinkUnavailable as exc:
                 attempt += 1
-                self._note(f"sink unreachable (attempt {attempt}), retrying: {exc}")
+                self._note(f"sink unreachable (attempt {attempt}), retrying: {safe_str(exc)}")
                 await self._sleep(self.backoff.delay(attempt))
 
     async def _sleep(self, seconds: float) -> None:
@@ -342,7 +343,9 @@ class AsyncRelay:
             # The group refuses the commit of a member that lost a partition meanwhile (a long
             # pause past its session): the batch was delivered, and the new owner sends it again
             # from the committed cursor. Duplicates, never a loss; this relay goes on.
-            self._note(f"partitions moved before the commit, the new owner resends: {exc}")
+            self._note(
+                f"partitions moved before the commit, the new owner resends: {safe_str(exc)}"
+            )
             return True
         self.counters.batches += 1
         return False

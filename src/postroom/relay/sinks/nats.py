@@ -11,13 +11,17 @@ find no responder and the relay retries. Other headers: the message's own (text)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
+from ..._checks import error_text
 from ...errors import DestinationUnusable, MessageRejected, SinkUnavailable
 from ..routing import Outbound
 from . import Sink, no_more, number, require
+
+log = logging.getLogger("postroom.relay")
 
 OPTIONS = ("prefix", "timeout")
 KEY_HEADER = "Postroom-Key"
@@ -68,23 +72,34 @@ class NatsSink(Sink):
         self.timeout = timeout
         self._nc: Any = None
         self._js: Any = None
+        self._last_error = ""
 
     async def open(self) -> None:
         nats = require("nats", "nats", "nats-py")
+        self._last_error = ""
         try:
             # No reconnect loop inside the client: the relay's own backoff retries, and a
-            # send on a closed connection says so at once instead of buffering.
+            # send on a closed connection says so at once instead of buffering. One attempt
+            # to connect: max_reconnect_attempts=0 means "forever" to the initial connect of
+            # nats-py, which then never returned for a server that was down (issue 23).
             self._nc = await nats.connect(
                 servers=[self.url],
                 connect_timeout=self.timeout,
                 allow_reconnect=False,
-                max_reconnect_attempts=0,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0,
+                error_cb=self._on_error,
             )
         except Exception as exc:
-            raise SinkUnavailable(
-                f"nats at {self.description}: {type(exc).__name__} {exc}"
-            ) from exc
+            reason = self._last_error or error_text(exc)
+            raise SinkUnavailable(f"nats at {self.description}: {reason}") from exc
         self._js = self._nc.jetstream(timeout=self.timeout)
+
+    async def _on_error(self, exc: Exception) -> None:
+        """nats-py's report of a connection error: one line (its default logs a traceback
+        per failure; the relay reports the failure itself, as SinkUnavailable, and retries)."""
+        self._last_error = error_text(exc)
+        log.debug("nats at %s: %s", self.description, self._last_error)
 
     async def send(self, batch: Sequence[Outbound]) -> None:
         errors = require("nats.errors", "nats", "nats-py")
@@ -116,9 +131,7 @@ class NatsSink(Sink):
                 raise SinkUnavailable(f"nats at {self.description}: {exc}") from exc
             except (errors.Error, OSError, TimeoutError) as exc:
                 await self.close()
-                raise SinkUnavailable(
-                    f"nats at {self.description}: {type(exc).__name__} {exc}"
-                ) from exc
+                raise SinkUnavailable(f"nats at {self.description}: {error_text(exc)}") from exc
 
     async def close(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
