@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg_pool import ConnectionPool
 
 from . import _sql
@@ -60,18 +60,27 @@ class Database:
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
         block runs in a transaction of its own so a batch is still all or nothing.
         """
+        with self.writing(conn) as (raw, _own):
+            yield raw
+
+    @contextmanager
+    def writing(self, conn: object = None) -> Iterator[tuple[psycopg.Connection[Any], bool]]:
+        """As ``connection``, with whether the block's work is a transaction of its own that
+        commits when the block ends (a pooled connection, or the caller's in autocommit mode
+        with no transaction open): True; or joins the caller's transaction: False."""
         if conn is None:
             with translate_errors(self.schema):
                 with self.pool.connection() as pooled:
-                    yield pooled
+                    yield pooled, True
             return
         raw = caller_connection(conn)
         with translate_errors(self.schema):
             if raw.autocommit:
+                own = raw.info.transaction_status == pq.TransactionStatus.IDLE
                 with raw.transaction():
-                    yield raw
+                    yield raw, own
             else:
-                yield raw
+                yield raw, False
 
 
 def open_database(url: str | None, schema: str, min_size: int, max_size: int) -> Database:

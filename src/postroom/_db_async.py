@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg_pool import AsyncConnectionPool
 
 from . import _sql
@@ -58,18 +58,29 @@ class AsyncDatabase:
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
         block runs in a transaction of its own so a batch is still all or nothing.
         """
+        async with self.writing(conn) as (raw, _own):
+            yield raw
+
+    @asynccontextmanager
+    async def writing(
+        self, conn: object = None
+    ) -> AsyncIterator[tuple[psycopg.AsyncConnection[Any], bool]]:
+        """As ``connection``, with whether the block's work is a transaction of its own that
+        commits when the block ends (a pooled connection, or the caller's in autocommit mode
+        with no transaction open): True; or joins the caller's transaction: False."""
         if conn is None:
             with translate_errors(self.schema):
                 async with self.pool.connection() as pooled:
-                    yield pooled
+                    yield pooled, True
             return
         raw = await caller_connection_async(conn)
         with translate_errors(self.schema):
             if raw.autocommit:
+                own = raw.info.transaction_status == pq.TransactionStatus.IDLE
                 async with raw.transaction():
-                    yield raw
+                    yield raw, own
             else:
-                yield raw
+                yield raw, False
 
 
 async def open_database(

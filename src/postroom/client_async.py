@@ -250,6 +250,8 @@ class AsyncClient(AsyncQueueFacade):
         ):
             # The common case, plain values: written by the lean path, no record per item.
             partition, first = await self._appender.append_values(topic, items, conn, timeout)
+            if first is None:  # in the caller's transaction: offsets are assigned at commit
+                return [Published(partition, None)] * len(items)
             return [Published(partition, offset) for offset in range(first, first + len(items))]
         records = [batch_record(topic, item) for item in items]
         return await self._appender.append(records, conn, timeout)
