@@ -177,10 +177,12 @@ def test_publish_batch_of_plain_values(any_client: postroom.Client, any_connect:
     ]
     with any_connect() as conn:
         with conn.transaction():
+            # In the caller's transaction: offsets assigned at its commit (3 and 4).
             assert any_client.publish_batch("t", iter([b"d", b"e"]), conn=conn) == [
-                postroom.Published(0, 3),
-                postroom.Published(0, 4),
+                postroom.Published(0, None),
+                postroom.Published(0, None),
             ]
+    assert any_client.publish_batch("t", [b"f"]) == [postroom.Published(0, 5)]
     with pytest.raises(TopicNotFound):
         any_client.publish_batch("missing", [b"x"])
     with pytest.raises(InvalidName):
