@@ -182,7 +182,6 @@ def test_publish_batch_of_plain_values(any_client: postroom.Client, any_connect:
                 postroom.Published(0, None),
                 postroom.Published(0, None),
             ]
-    assert any_client.publish_batch("t", [b"f"]) == [postroom.Published(0, 5)]
     with pytest.raises(TopicNotFound):
         any_client.publish_batch("missing", [b"x"])
     with pytest.raises(InvalidName):
@@ -195,3 +194,4 @@ def test_publish_batch_of_plain_values(any_client: postroom.Client, any_connect:
         while len(seen) < 5:
             seen += consumer.poll(timeout=1)
     assert [m.value for m in seen] == [b"a", b"b", b"c", b"d", b"e"]
+    assert [m.offset for m in seen] == list(range(5))
