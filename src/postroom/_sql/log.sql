@@ -101,8 +101,9 @@ FROM {schema}.reserve_offsets(%(topic_ids)s::integer[], %(partitions)s::integer[
 -- %(topic_ids)s[i] (SQL function stage_messages, migration 0017: no locks; refuses a missing
 -- partition (no_data_found) and a full backlog (PRB01) at once). They are written to the log
 -- when that transaction commits: counter rows locked then, ascending, offsets in call order.
-SELECT {schema}.stage_messages(%(topic_ids)s::integer[], %(partitions)s::integer[],
-                               %(keys)s::bytea[], %(values)s::bytea[], %(headers)s::jsonb[]);
+-- Binary parameters: a bytea[] sent as text costs ~6 us a value to escape (10,000 values: 60 ms).
+SELECT {schema}.stage_messages(%(topic_ids)b::integer[], %(partitions)b::integer[],
+                               %(keys)b::bytea[], %(values)b::bytea[], %(headers)b::jsonb[]);
 
 -- name: copy_messages
 -- Binary COPY of messages at offsets reserved by reserve_offsets in the same transaction:
