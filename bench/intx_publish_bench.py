@@ -2,6 +2,8 @@
 transactions of EVENTS ``publish_event(conn, ...)`` calls each, committed one after the other on
 one connection, keys spread over a 4-partition topic. Prints one JSON line per EVENTS value:
 transactions/s, events/s, and the p50/p99 of a transaction (its publishes and its COMMIT).
+``--batch N`` adds one line: five transactions of one ``publish_batch(conn=)`` of N plain
+values, and of N keyed ones (median and range of a transaction, in ms).
 
     PYTHONPATH=src python bench/intx_publish_bench.py --url postgresql://postgres@127.0.0.1:5432/bench
 
@@ -54,14 +56,37 @@ def run(url: str, transactions: int, events: int) -> dict[str, float]:
     }
 
 
+def run_batch(url: str, size: int) -> dict[str, object]:
+    result: dict[str, object] = {"batch": size}
+    with postroom.connect(url) as client, psycopg.connect(url) as conn:
+        plain = [b"x" * 100] * size
+        keyed = [{"value": b"x" * 100, "key": f"k{i}"} for i in range(size)]
+        for name, items in (("plain", plain), ("keyed", keyed)):
+            took = []
+            for _ in range(5):
+                began = time.perf_counter()
+                client.publish_batch("bench_tx", items, conn=conn)
+                conn.commit()
+                took.append((time.perf_counter() - began) * 1000)
+            result[f"{name}_ms"] = {
+                "median": round(statistics.median(took), 1),
+                "min": round(min(took), 1),
+                "max": round(max(took), 1),
+            }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--transactions", type=int, default=2000)
     parser.add_argument("--events", type=int, nargs="+", default=[1, 10])
+    parser.add_argument("--batch", type=int, default=0)
     args = parser.parse_args()
     for events in args.events:
         print(json.dumps(run(args.url, args.transactions, events)), flush=True)
+    if args.batch:
+        print(json.dumps(run_batch(args.url, args.batch)), flush=True)
 
 
 if __name__ == "__main__":
