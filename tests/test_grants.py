@@ -32,7 +32,7 @@ def test_producer_role_publishes_and_nothing_more(client: postroom.Client, role:
         assert producer.publish("orders", "x", key="k").offset == 0
         assert len(producer.publish_batch("orders", ["a", "b"])) == 2
         with producer.producer() as batching:
-            assert batching.send("orders", "c").result(timeout=10).offset >= 0
+            assert batching.send("orders", "c").result(timeout=10).offset is not None
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             producer.delete_topic("orders")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _sql
@@ -77,12 +77,22 @@ class Database:
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
         block runs in a transaction of its own so a batch is still all or nothing.
         """
+        with self.writing(conn, committing=committing) as (raw, _own):
+            yield raw
+
+    @contextmanager
+    def writing(
+        self, conn: object = None, *, committing: str | Callable[[], str] = "a transaction"
+    ) -> Iterator[tuple[psycopg.Connection[Any], bool]]:
+        """As ``connection``, with whether the block's work is a transaction of its own that
+        commits when the block ends (a pooled connection, or the caller's in autocommit mode
+        with no transaction open): True; or joins the caller's transaction: False."""
         if conn is None:
             with translate_errors(self.schema, self.topic_names):
                 pooled = self.pool.getconn()
                 try:
                     try:
-                        yield pooled
+                        yield pooled, True
                     except BaseException:
                         _rollback_quietly(pooled)
                         raise
@@ -93,10 +103,11 @@ class Database:
         raw = caller_connection(conn)
         with translate_errors(self.schema, self.topic_names), server_side_binding(raw):
             if raw.autocommit:
+                own = raw.info.transaction_status == pq.TransactionStatus.IDLE
                 with raw.transaction():
-                    yield raw
+                    yield raw, own
             else:
-                yield raw
+                yield raw, False
 
 
 def commit_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import _sql
@@ -75,12 +75,22 @@ class AsyncDatabase:
         joins the caller's transaction instead: nothing commits here. In autocommit mode the
         block runs in a transaction of its own so a batch is still all or nothing.
         """
+        async with self.writing(conn, committing=committing) as (raw, _own):
+            yield raw
+
+    @asynccontextmanager
+    async def writing(
+        self, conn: object = None, *, committing: str | Callable[[], str] = "a transaction"
+    ) -> AsyncIterator[tuple[psycopg.AsyncConnection[Any], bool]]:
+        """As ``connection``, with whether the block's work is a transaction of its own that
+        commits when the block ends (a pooled connection, or the caller's in autocommit mode
+        with no transaction open): True; or joins the caller's transaction: False."""
         if conn is None:
             with translate_errors(self.schema, self.topic_names):
                 pooled = await self.pool.getconn()
                 try:
                     try:
-                        yield pooled
+                        yield pooled, True
                     except BaseException:
                         await _rollback_quietly(pooled)
                         raise
@@ -91,10 +101,11 @@ class AsyncDatabase:
         raw = await caller_connection_async(conn)
         with translate_errors(self.schema, self.topic_names), server_side_binding(raw):
             if raw.autocommit:
+                own = raw.info.transaction_status == pq.TransactionStatus.IDLE
                 async with raw.transaction():
-                    yield raw
+                    yield raw, own
             else:
-                yield raw
+                yield raw, False
 
 
 def commit_lost(conn: psycopg.AsyncConnection[Any], exc: BaseException) -> bool:

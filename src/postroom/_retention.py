@@ -10,12 +10,14 @@ expire) and, if that deleted rows and its role owns ``messages``, VACUUMs ``mess
 the dead rows are reused whatever autovacuum does (it may be off, or slow). It also VACUUMs the
 log's small hot tables (the counter rows ``partitions``, the ``cursors``, and the group state
 ``groups``, ``members``, ``leases``, ``group_activity``) once one holds more than 1,000 dead rows
-and more than a fifth of its live ones: every publish and commit updates a row there. The
-others skip that round. ``POSTROOM_RETENTION_INTERVAL`` sets the interval in seconds (default
-30); ``off`` (or ``0``) turns the runner off in that process, and retention is then left to
-``apply_retention()`` / ``postroom topic retention``. A role without EXECUTE on
-``run_retention`` (granted to the producer, consumer and admin capabilities) logs it once and
-stops; a role that does not own ``messages`` runs retention and leaves VACUUM to autovacuum.
+and more than a fifth of its live ones: every publish and commit updates a row there; and
+``staged_messages`` every round (the dead rows that publishes in callers' transactions leave,
+migration 0017). The others skip that round. ``POSTROOM_RETENTION_INTERVAL`` sets the
+interval in seconds (default 30); ``off`` (or ``0``) turns the runner off in that process,
+and retention is then left to ``apply_retention()`` / ``postroom topic retention``. A role
+without EXECUTE on ``run_retention`` (granted to the producer, consumer and admin
+capabilities) logs it once and stops; a role that does not own ``messages`` runs retention
+and leaves VACUUM to autovacuum.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ class RetentionRunner:
 
     def run_once(self) -> int | None:
         """One round: None if another process holds the runner's lock, else how many messages
-        it deleted (then VACUUMs messages if it deleted any and its role owns the table)."""
+        it deleted (then VACUUMs messages if it deleted any and its role owns the table, and
+        staged_messages if it owns it)."""
         lock = {"schema": self._db.schema}
         with self._db.connection() as conn:
             # Autocommit for the round: each retention call commits by itself (short
@@ -114,15 +117,19 @@ class RetentionRunner:
                     return None
                 try:
                     removed = self._expire(conn)
-                    if removed and self._owns_messages(conn):
+                    owner = self._owns_messages(conn)
+                    if removed and owner:
                         if conn.info.server_version >= 150000:
                             # The deletes' counts first: flushed after the VACUUM's report
                             # they would show its removed rows as dead tuples again.
                             conn.execute(self._db.q("flush_statistics"))
                         conn.execute(self._db.q("vacuum_messages"), prepare=False)
                         self.vacuums += 1
-                    if self._owns_messages(conn):
+                    if owner:
                         self._vacuum_small_tables(conn)
+                        # Each message published in a caller's transaction leaves a dead row
+                        # in staged_messages (migration 0017); small, so every round.
+                        conn.execute(self._db.q("vacuum_staged"), prepare=False)
                 finally:
                     conn.execute(self._db.q("retention_unlock"), lock)
             finally:

@@ -266,6 +266,11 @@ class Client(QueueFacade):
     ) -> Published:
         """Write one message; with ``conn`` it commits or rolls back with the caller's work.
 
+        Returns ``Published(partition, offset)``. In the caller's transaction (``conn``) the
+        message is staged and takes its offset when that transaction commits, so ``offset``
+        is None; no counter row is locked before the commit, so concurrent transactions never
+        deadlock whatever partitions they publish to, in whatever order (docs/log.md).
+
         On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
         first waits up to ``timeout`` seconds for the slowest group to catch up (not with
         ``conn``: the refusal aborts the caller's transaction)."""
@@ -284,7 +289,7 @@ class Client(QueueFacade):
 
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
-        ``publish`` (admission control)."""
+        ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
         items = messages if isinstance(messages, list) else list(messages)
         if (
             items
@@ -293,6 +298,8 @@ class Client(QueueFacade):
         ):
             # The common case, plain values: written by the lean path, no record per item.
             partition, first = self._appender.append_values(topic, items, conn, timeout)
+            if first is None:  # in the caller's transaction: offsets are assigned at commit
+                return [Published(partition, None)] * len(items)
             return [Published(partition, offset) for offset in range(first, first + len(items))]
         records = [batch_record(topic, item) for item in items]
         return self._appender.append(records, conn, timeout)
@@ -415,7 +422,9 @@ class Client(QueueFacade):
         Key = ``aggregate_id`` (so one aggregate's events keep their order), value =
         ``payload`` (JSON for dicts and lists), headers ``id`` (a new UUID), ``aggregatetype``,
         ``aggregateid``, ``type``: the columns Debezium's outbox event router reads, so
-        ``Route("debezium")`` relays it exactly as Debezium would.
+        ``Route("debezium")`` relays it exactly as Debezium would. Returns its
+        ``Published(partition, offset)``; the offset is None in the caller's transaction
+        (assigned when it commits: no lock is held before, so writers never deadlock).
 
             async with conn.transaction():
                 await conn.execute("INSERT INTO orders ...")

@@ -264,6 +264,11 @@ class AsyncClient(AsyncQueueFacade):
     ) -> Published:
         """Write one message; with ``conn`` it commits or rolls back with the caller's work.
 
+        Returns ``Published(partition, offset)``. In the caller's transaction (``conn``) the
+        message is staged and takes its offset when that transaction commits, so ``offset``
+        is None; no counter row is locked before the commit, so concurrent transactions never
+        deadlock whatever partitions they publish to, in whatever order (docs/log.md).
+
         On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
         first waits up to ``timeout`` seconds for the slowest group to catch up (not with
         ``conn``: the refusal aborts the caller's transaction)."""
@@ -282,7 +287,7 @@ class AsyncClient(AsyncQueueFacade):
 
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
-        ``publish`` (admission control)."""
+        ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
         items = messages if isinstance(messages, list) else list(messages)
         if (
             items
@@ -291,6 +296,8 @@ class AsyncClient(AsyncQueueFacade):
         ):
             # The common case, plain values: written by the lean path, no record per item.
             partition, first = await self._appender.append_values(topic, items, conn, timeout)
+            if first is None:  # in the caller's transaction: offsets are assigned at commit
+                return [Published(partition, None)] * len(items)
             return [Published(partition, offset) for offset in range(first, first + len(items))]
         records = [batch_record(topic, item) for item in items]
         return await self._appender.append(records, conn, timeout)
@@ -413,7 +420,9 @@ class AsyncClient(AsyncQueueFacade):
         Key = ``aggregate_id`` (so one aggregate's events keep their order), value =
         ``payload`` (JSON for dicts and lists), headers ``id`` (a new UUID), ``aggregatetype``,
         ``aggregateid``, ``type``: the columns Debezium's outbox event router reads, so
-        ``Route("debezium")`` relays it exactly as Debezium would.
+        ``Route("debezium")`` relays it exactly as Debezium would. Returns its
+        ``Published(partition, offset)``; the offset is None in the caller's transaction
+        (assigned when it commits: no lock is held before, so writers never deadlock).
 
             async with conn.transaction():
                 await conn.execute("INSERT INTO orders ...")

@@ -28,9 +28,11 @@ def test_many_threads_small_batches_then_close(any_client: postroom.Client) -> N
     placed = {key: [f.result(timeout=0) for f in fs] for key, fs in futures.items()}
     by_partition: dict[int, list[int]] = defaultdict(list)
     for results in placed.values():
-        offsets = [r.offset for r in results]
+        offsets = [r.offset for r in results if r.offset is not None]
+        assert len(offsets) == len(results)
         assert offsets == sorted(offsets)  # one key's sends keep their order
         for result in results:
+            assert result.offset is not None
             by_partition[result.partition].append(result.offset)
     for offsets in by_partition.values():
         assert sorted(offsets) == list(range(len(offsets)))  # gapless, none twice

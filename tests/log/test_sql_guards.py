@@ -87,11 +87,17 @@ def _plant_bad_row(any_client: postroom.Client, headers: str) -> None:
         row = conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
             " WHERE conname = 'messages_headers_shape'"
+            " AND conrelid = 'postroom.messages'::regclass"
         ).fetchone()
         assert row is not None
         conn.execute("ALTER TABLE postroom.messages DROP CONSTRAINT messages_headers_shape")
+        # Written directly (publish() stages, and staged_messages has the CHECK too).
         conn.execute(
-            "SELECT * FROM postroom.publish('t', 'bad'::bytea, NULL, %s::jsonb)", [headers]
+            'INSERT INTO postroom.messages (topic_id, partition, "offset", value, headers)'
+            " SELECT r.topic_id, r.partition, r.first_offset, 'bad', %s::jsonb"
+            " FROM postroom.reserve_offsets("
+            "ARRAY[(SELECT id FROM postroom.topics WHERE name = 't')], '{0}', '{1}') r",
+            [headers],
         )
         conn.execute(
             sql.SQL(

@@ -46,6 +46,7 @@ def test_unkeyed_batches_stick_to_one_partition(any_client: postroom.Client) -> 
         published = any_client.publish_batch("t", list(range(20)))
         assert len({p.partition for p in published}) == 1
         offsets = [p.offset for p in published]
+        assert offsets[0] is not None
         assert offsets == list(range(offsets[0], offsets[0] + 20))
 
 

@@ -5,7 +5,8 @@
 
 -- name: grant_producer
 -- Publish to any topic: read topic names and partition counts, reserve offsets and copy messages
--- into them (a trigger refuses rows outside this transaction's reservation), the SQL publish API.
+-- into them (a trigger refuses rows outside this transaction's reservation), stage messages in
+-- the caller's transaction (written at its commit), the SQL publish API.
 -- No UPDATE or DELETE anywhere, no SELECT on messages. run_retention: the retention runner's
 -- round with the defaults (it removes only what the topics' settings allow).
 GRANT USAGE ON SCHEMA {schema} TO {role};
@@ -13,6 +14,7 @@ GRANT SELECT ON {schema}.topics TO {role};
 GRANT INSERT ON {schema}.messages TO {role};
 GRANT EXECUTE ON FUNCTION
     {schema}.reserve_offsets(integer[], integer[], bigint[]),
+    {schema}.stage_messages(integer[], integer[], bytea[], bytea[], jsonb[]),
     {schema}.publish_batch(text, bytea[], bytea[], jsonb[]),
     {schema}.publish_batch(text, text[], text[], jsonb[]),
     {schema}.publish_batch(text, jsonb[], text[], jsonb[]),

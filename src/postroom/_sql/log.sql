@@ -96,6 +96,15 @@ SELECT topic_id, partition, first_offset
 FROM {schema}.reserve_offsets(%(topic_ids)s::integer[], %(partitions)s::integer[],
                               %(counts)s::bigint[]);
 
+-- name: stage_messages
+-- Stages messages in the caller's transaction, message i to partition %(partitions)s[i] of topic
+-- %(topic_ids)s[i] (SQL function stage_messages, migration 0017: no locks; refuses a missing
+-- partition (no_data_found) and a full backlog (PRB01) at once). They are written to the log
+-- when that transaction commits: counter rows locked then, ascending, offsets in call order.
+-- Binary parameters: a bytea[] sent as text costs ~6 us a value to escape (10,000 values: 60 ms).
+SELECT {schema}.stage_messages(%(topic_ids)b::integer[], %(partitions)b::integer[],
+                               %(keys)b::bytea[], %(values)b::bytea[], %(headers)b::jsonb[]);
+
 -- name: copy_messages
 -- Binary COPY of messages at offsets reserved by reserve_offsets in the same transaction:
 -- cheaper per row than INSERT ... SELECT FROM unnest (no array building or function scan).
@@ -323,6 +332,11 @@ WHERE oid = '{schema}.messages'::regclass;
 -- Makes this session send its pending table statistics now, not up to a second later (PG15+,
 -- no locks): sent after the VACUUM they would count the rows it removed as dead again.
 SELECT pg_stat_force_next_flush();
+
+-- name: vacuum_staged
+-- Vacuums staged_messages, where every message published in a caller's transaction leaves a
+-- dead row (SHARE UPDATE EXCLUSIVE: writers go on meanwhile).
+VACUUM {schema}.staged_messages;
 
 -- name: vacuum_messages
 -- Vacuums messages after retention deleted rows, whatever autovacuum does (SHARE UPDATE

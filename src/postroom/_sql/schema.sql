@@ -662,6 +662,48 @@ END;
 
 $$;
 
+CREATE FUNCTION {schema}._publish_staged() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    me xid8 := pg_current_xact_id();
+    wanted record;
+    written bigint;
+
+BEGIN
+    SELECT array_agg(s.topic_id ORDER BY s.topic_id, s.partition) AS topic_ids,
+           array_agg(s.partition ORDER BY s.topic_id, s.partition) AS partitions,
+           array_agg(s.n ORDER BY s.topic_id, s.partition) AS counts,
+           sum(s.n) AS total
+    INTO wanted
+    FROM (SELECT m.topic_id, m.partition, count(*) AS n
+          FROM {schema}.staged_messages m WHERE m.xact = me
+          GROUP BY m.topic_id, m.partition) s;
+    IF wanted.total IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO {schema}.messages (topic_id, partition, "offset", key, value, headers)
+    SELECT s.topic_id, s.partition,
+           r.first_offset + row_number() OVER (PARTITION BY s.topic_id, s.partition
+                                               ORDER BY s.seq) - 1,
+           s.key, s.value, s.headers
+    FROM {schema}.reserve_offsets(wanted.topic_ids, wanted.partitions, wanted.counts) r
+    JOIN {schema}.staged_messages s
+      ON s.xact = me AND s.topic_id = r.topic_id AND s.partition = r.partition;
+    GET DIAGNOSTICS written = ROW_COUNT;
+    IF written < wanted.total THEN
+        RAISE EXCEPTION 'a topic was deleted while this transaction published to it: its '
+                        'messages cannot be written'
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    DELETE FROM {schema}.staged_messages m WHERE m.xact = me;
+    RETURN NULL;
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}._refuse_instance(p_group text, p_member text, p_what text) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2158,10 +2200,6 @@ DECLARE
     t record;
     sticky integer;
     parts integer[];
-    firsts bigint[];
-    first_offset bigint;
-    p integer;
-    n integer;
 
 BEGIN
     SELECT id, topics.partitions AS count INTO t FROM {schema}.topics WHERE name = topic;
@@ -2181,24 +2219,10 @@ BEGIN
                           ELSE {schema}.partition_for_key(b.key, t.count) END ORDER BY b.ord)
     INTO parts
     FROM unnest("values", keys) WITH ORDINALITY AS b(value, key, ord);
-    firsts := array_fill(NULL::bigint, ARRAY[t.count]);
-    FOR p IN SELECT DISTINCT x FROM unnest(parts) AS x ORDER BY 1 LOOP
-        n := cardinality(array_positions(parts, p));
-        UPDATE {schema}.partitions c
-        SET next_offset = c.next_offset + n  -- partitions_note_reservation records it
-        WHERE c.topic_id = t.id AND c.partition = p
-        RETURNING c.next_offset - n INTO first_offset;
-        firsts[p + 1] := first_offset;
-        INSERT INTO {schema}.messages (topic_id, partition, "offset", key, value, headers)
-        SELECT t.id, p, first_offset + row_number() OVER (ORDER BY b.ord) - 1,
-               b.key, b.value, b.headers
-        FROM unnest("values", keys, headers, parts) WITH ORDINALITY AS b(value, key, headers, part, ord)
-        WHERE b.part = p;
-    END LOOP;
-    PERFORM pg_notify('postroom', t.id::text);
+    PERFORM {schema}.stage_messages(array_fill(t.id, ARRAY[cardinality("values")]), parts,
+                                    keys, "values", headers);
     RETURN QUERY
-    SELECT b.part, firsts[b.part + 1] + row_number() OVER (PARTITION BY b.part ORDER BY b.ord) - 1
-    FROM unnest(parts) WITH ORDINALITY AS b(part, ord)
+    SELECT b.part, NULL::bigint FROM unnest(parts) WITH ORDINALITY AS b(part, ord)
     ORDER BY b.ord;
 
 END;
@@ -2541,6 +2565,70 @@ CREATE FUNCTION {schema}.snooze_jobs(worker_name text, job_ids bigint[], job_tok
 
 $$;
 
+CREATE FUNCTION {schema}.stage_messages(topic_ids integer[], partitions integer[], keys bytea[], "values" bytea[], headers jsonb[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    me xid8 := pg_current_xact_id();
+    last integer;
+    refused record;
+
+BEGIN
+    IF "values" IS NULL OR cardinality("values") = 0
+       OR array_position("values", NULL) IS NOT NULL
+       OR cardinality(topic_ids) IS DISTINCT FROM cardinality("values")
+       OR cardinality(partitions) IS DISTINCT FROM cardinality("values")
+       OR array_position(topic_ids, NULL) IS NOT NULL
+       OR array_position(partitions, NULL) IS NOT NULL
+       OR coalesce(cardinality(keys), 0) > cardinality("values")
+       OR coalesce(cardinality(headers), 0) > cardinality("values") THEN
+        RAISE EXCEPTION 'stage_messages: values must be a non-empty array without nulls, '
+                        'topic_ids and partitions arrays of its length without nulls, '
+                        'keys/headers no longer than values'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT w.topic_id, w.partition, p.topic_id IS NULL AS missing, t.name, p.max_lag,
+           p.next_offset - slow.next_offset AS behind, slow.group_name
+    INTO refused
+    FROM (SELECT DISTINCT a.topic_id, a.partition
+          FROM unnest(topic_ids, partitions) AS a(topic_id, partition)) w
+    LEFT JOIN {schema}.partitions p ON p.topic_id = w.topic_id AND p.partition = w.partition
+    LEFT JOIN {schema}.topics t ON t.id = p.topic_id AND p.max_lag IS NOT NULL
+    LEFT JOIN LATERAL (
+        SELECT c.group_name, c.next_offset
+        FROM {schema}.cursors c
+        WHERE p.max_lag IS NOT NULL
+          AND c.topic_id = p.topic_id AND c.partition = p.partition
+          AND c.next_offset <= p.next_offset - p.max_lag
+          AND {schema}._group_active(c.group_name, c.updated_at,
+                                     coalesce(t.group_ttl, interval '7 days'))
+        ORDER BY c.next_offset
+        LIMIT 1
+    ) slow ON true
+    WHERE p.topic_id IS NULL OR slow.group_name IS NOT NULL
+    LIMIT 1;
+    IF FOUND THEN
+        IF refused.missing THEN
+            RAISE EXCEPTION 'unknown topic id % partition %', refused.topic_id, refused.partition
+                USING ERRCODE = 'no_data_found';
+        END IF;
+        RAISE EXCEPTION 'backlog full on topic % partition %: group % is % messages behind '
+                        '(max_lag %)', quote_literal(refused.name), refused.partition,
+                        quote_literal(refused.group_name), refused.behind, refused.max_lag
+            USING ERRCODE = 'PRB01';
+    END IF;
+    SELECT max(s.seq) INTO last FROM {schema}.staged_messages s WHERE s.xact = me;
+    INSERT INTO {schema}.staged_messages (xact, seq, topic_id, partition, key, value, headers)
+    SELECT me, coalesce(last, 0) + b.ord::integer, b.topic_id, b.partition, b.key, b.value,
+           b.headers
+    FROM unnest(topic_ids, partitions, keys, "values", headers)
+         WITH ORDINALITY AS b(topic_id, partition, key, value, headers, ord);
+
+END;
+
+$$;
+
 CREATE FUNCTION {schema}.unique_key_holders(unique_keys text[]) RETURNS TABLE(unique_key text, id bigint)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2819,6 +2907,19 @@ CREATE TABLE {schema}.schema_migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE UNLOGGED TABLE {schema}.staged_messages (
+    xact xid8 NOT NULL,
+    seq integer NOT NULL,
+    topic_id integer NOT NULL,
+    partition integer NOT NULL,
+    key bytea,
+    value bytea NOT NULL,
+    headers jsonb,
+    CONSTRAINT messages_headers_shape CHECK (((headers IS NULL) OR ((jsonb_typeof(headers) = 'object'::text) AND (NOT (headers ? ''::text)) AND ((pg_column_size(headers) <= 512) OR {schema}._headers_valid(headers))))),
+    CONSTRAINT messages_key_size CHECK ((octet_length(key) <= 4096)),
+    CONSTRAINT messages_value_size CHECK ((octet_length(value) <= 1048576))
+);
+
 CREATE TABLE {schema}.topic_roles (
     topic_name text NOT NULL,
     role_oid oid NOT NULL,
@@ -2934,6 +3035,8 @@ CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (kind) WHERE (state =
 
 CREATE UNIQUE INDEX jobs_unique_key_idx ON {schema}.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['ready'::text, 'running'::text])));
 
+CREATE INDEX staged_messages_xact_idx ON {schema}.staged_messages USING btree (xact, seq);
+
 CREATE TRIGGER cursors_group_access BEFORE INSERT OR DELETE OR UPDATE ON {schema}.cursors FOR EACH ROW EXECUTE FUNCTION {schema}._check_group_access();
 
 CREATE TRIGGER finished_jobs_follow_given_id BEFORE INSERT ON {schema}.finished_jobs FOR EACH ROW WHEN ((new.id > COALESCE(pg_sequence_last_value('{schema}.jobs_id_seq'::regclass), (0)::bigint))) EXECUTE FUNCTION {schema}._follow_given_job_id();
@@ -2965,6 +3068,10 @@ CREATE TRIGGER partitions_admission BEFORE UPDATE OF next_offset ON {schema}.par
 CREATE TRIGGER partitions_note_reservation BEFORE UPDATE OF next_offset ON {schema}.partitions FOR EACH ROW EXECUTE FUNCTION {schema}._note_reservation();
 
 CREATE CONSTRAINT TRIGGER partitions_reservation_filled AFTER UPDATE OF next_offset ON {schema}.partitions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.reserved_by IS DISTINCT FROM old.reserved_by)) EXECUTE FUNCTION {schema}._check_reservation_filled();
+
+CREATE CONSTRAINT TRIGGER staged_messages_publish AFTER INSERT ON {schema}.staged_messages DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.seq = 1)) EXECUTE FUNCTION {schema}._publish_staged();
+
+ALTER TABLE {schema}.staged_messages ENABLE ALWAYS TRIGGER staged_messages_publish;
 
 ALTER TABLE ONLY {schema}.cursors
     ADD CONSTRAINT cursors_topic_id_partition_fkey FOREIGN KEY (topic_id, partition) REFERENCES {schema}.partitions(topic_id, partition) ON DELETE CASCADE;
@@ -3000,6 +3107,8 @@ REVOKE ALL ON FUNCTION {schema}._check_topic_access() FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}._instance_fenced(p_group text, p_member text, p_instance text, p_lock boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._note_reservation() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._publish_staged() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._refuse_instance(p_group text, p_member text, p_what text) FROM PUBLIC;
 
@@ -3112,6 +3221,8 @@ REVOKE ALL ON FUNCTION {schema}.seek(p_group text, p_topic text, p_partition int
 REVOKE ALL ON FUNCTION {schema}.set_job_limit(limit_scope text, limit_name text, limit_max_running integer, limit_rate double precision, limit_burst double precision) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.snooze_jobs(worker_name text, job_ids bigint[], job_tokens uuid[], job_delays double precision[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.stage_messages(topic_ids integer[], partitions integer[], keys bytea[], "values" bytea[], headers jsonb[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.unique_key_holders(unique_keys text[]) FROM PUBLIC;
 

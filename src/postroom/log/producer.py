@@ -39,6 +39,8 @@ from .records import (
     Value,
     make_record,
 )
+from .staged import stage
+from .staging import record_columns
 
 SentHook = Callable[[], Any]
 """What ``append_values`` calls (and awaits, in the async flavour) once a batch's COPY data is
@@ -86,12 +88,13 @@ class Appender:
         *,
         partition: int | None = None,
         on_sent: SentHook | None = None,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int | None]:
         """Write unkeyed, headerless ``values`` (non-empty, already checked) to one partition
-        of ``topic``: ``partition``, else a sticky one; the partition and the first offset.
+        of ``topic``: ``partition``, else a sticky one; the partition and the first offset
+        (None in the caller's transaction ``conn``: offsets are assigned at its commit).
         ``on_sent`` is awaited once the COPY data is handed to the server (before the server
         has stored it and before the commit). Retries as ``append``."""
-        position: tuple[int, int] = self._retrying(
+        position: tuple[int, int | None] = self._retrying(
             True, (topic, values, partition, on_sent), conn, timeout
         )
         return position
@@ -133,10 +136,16 @@ class Appender:
         while True:
             try:
                 with log_errors():
-                    with self._db.connection(conn, committing=committing) as db_conn:
+                    with self._db.writing(conn, committing=committing) as (db_conn, own):
+                        # In the caller's transaction: staged, written at its commit (no
+                        # counter lock until then: staged_async.py). Else written now.
                         if values:
-                            return self._append_values(db_conn, what, conn is not None)
-                        return self._append(db_conn, what, conn is not None)
+                            if own:
+                                return self._append_values(db_conn, what, conn is not None)
+                            return self._stage_values(db_conn, what)
+                        if own:
+                            return self._append(db_conn, what, conn is not None)
+                        return self._stage(db_conn, what)
             except BacklogFull:
                 remaining = 0.0 if deadline is None else deadline - time.monotonic()
                 if conn is not None or remaining <= 0:
@@ -167,6 +176,51 @@ class Appender:
             if on_sent is not None:
                 on_sent()
         return partition, row[2]
+
+    def _stage_values(
+        self,
+        conn: psycopg.Connection[Any],
+        what: tuple[str, list[bytes], int | None, SentHook | None],
+    ) -> tuple[int, None]:
+        topic, values, partition, on_sent = what
+        meta = self._topics.get(topic, conn)
+        if partition is None:
+            partition = next(self._sticky) % meta.partitions
+        count = len(values)
+        stage(
+            self._db,
+            self._topics,
+            conn,
+            [meta],
+            [meta.id] * count,
+            [partition] * count,
+            None,
+            values,
+            None,
+        )
+        if on_sent is not None:
+            on_sent()
+        return partition, None
+
+    def _stage(self, conn: psycopg.Connection[Any], records: list[Record]) -> list[Published]:
+        metas: dict[str, TopicMeta] = {}
+        for record in records:
+            if record.topic not in metas:
+                metas[record.topic] = self._topics.get(record.topic, conn)
+        topic_ids, partitions, keys, headers = record_columns(records, self._group(records, metas))
+        values = [record.value for record in records]
+        stage(
+            self._db,
+            self._topics,
+            conn,
+            list(metas.values()),
+            topic_ids,
+            partitions,
+            keys,
+            values,
+            headers,
+        )
+        return [Published(partition, None) for partition in partitions]
 
     def _append(
         self, conn: psycopg.Connection[Any], records: list[Record], use_conn: bool
@@ -676,7 +730,8 @@ class Producer:
                 except InvalidArgument:
                     pass  # the database refused some content: isolate it below
                 else:
-                    sends.resolve_positions(Published, partition, first)
+                    # No conn: written in a transaction of its own, so the offset is known.
+                    sends.resolve_positions(Published, partition, cast(int, first))
                     return
             # A lean batch refused in part is written again to its own partition, which no
             # other batch writes meanwhile.

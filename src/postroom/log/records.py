@@ -41,10 +41,11 @@ class TopicPartition(NamedTuple):
 
 
 class Published(NamedTuple):
-    """Where a published message landed."""
+    """Where a published message landed. ``offset`` is None for a message published in the
+    caller's transaction (``conn=``): offsets are assigned when that transaction commits."""
 
     partition: int
-    offset: int
+    offset: int | None
 
 
 @dataclass(frozen=True, slots=True)
