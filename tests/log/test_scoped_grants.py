@@ -309,3 +309,21 @@ def test_roles_granted_before_the_upgrade_keep_working(
                 denied(lambda: fresh.consumer("early", "orders").poll(timeout=1))
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("DROP SCHEMA legacy CASCADE")
+
+
+def test_a_publish_in_the_callers_transaction_to_a_topic_without_a_grant_is_refused_by_the_call(
+    client: postroom.Client, shipping: str
+) -> None:
+    """The publish call raises, not the caller's COMMIT (where the counter rows are touched)."""
+    client.create_topic("shipments")
+    client.create_topic("payments")
+    with as_role(client, shipping) as s, sql_as(client, shipping) as conn:
+        with conn.transaction():
+            assert s.publish("shipments", "ok", conn=conn).offset is None  # staged: granted
+        with pytest.raises(PermissionDenied) as info, conn.transaction():
+            s.publish("payments", "forged", conn=conn)
+        assert "payments" in str(info.value)
+        with pytest.raises(PermissionDenied), conn.transaction():
+            s.publish_batch("payments", ["forged"], conn=conn)
+    assert client.describe_topic("shipments").high_water == 1
+    assert client.describe_topic("payments").high_water == 0
