@@ -71,4 +71,4 @@ def test_a_null_refused_by_a_postroom_table_is_an_invalid_argument_naming_the_co
 ) -> None:
     with pytest.raises(InvalidArgument, match="invalid name: null value"):
         with client._db.connection() as conn:
-            conn.execute("SELECT postroom.create_topic(NULL, 1, NULL)")
+            conn.execute("INSERT INTO postroom.topics (name, partitions) VALUES (NULL, 1)")

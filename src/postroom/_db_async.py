@@ -324,7 +324,8 @@ class translate_errors:
                 "run `postroom init`"
             )
             raise SchemaNotReady(f"{why} or client.migrate()", cli=why) from exc
-        if isinstance(exc, pg_errors.NumericValueOutOfRange):
+        # A NULL argument refused by a postroom function names it (migration 0026).
+        if isinstance(exc, pg_errors.NumericValueOutOfRange | pg_errors.NullValueNotAllowed):
             raise InvalidArgument(str(exc)) from exc
         if isinstance(exc, pg_errors.InsufficientPrivilege) and not isinstance(
             exc, PermissionDenied
