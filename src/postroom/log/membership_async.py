@@ -131,19 +131,18 @@ class AsyncMembership:
         await self._connect_listener()
         try:
             try:
-                await self._beat(joining=not self._joined)
+                registered = await self._join_beat()
             except InstanceFenced as exc:
                 self.fence(exc)
                 raise
-            self._joined = True
             # Long enough for a paused holder's session to run out (it cannot release).
             deadline = time.monotonic() + 1.5 * self.session_timeout + 0.5
-            while any(lease.state == "pending" for lease in self.leases.values()):
+            while not registered or any(lease.state == "pending" for lease in self.leases.values()):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    break
+                    break  # not registered yet: the heartbeat loop goes on trying
                 await self._wait(min(remaining, self._next_wait))
-                await self._beat(joining=False)
+                registered = await self._join_beat()
         except BaseException:
             await self._close_listener()
             await self._close_connection()
@@ -177,6 +176,18 @@ class AsyncMembership:
         self.version += 1
         await self._close_listener()
         await self._close_connection()
+
+    async def _join_beat(self) -> bool:
+        """One heartbeat of a join; False when the group's rows are locked past this
+        member's lock_timeout (another session holds them: a rebalance, an admin), to be
+        tried again at the next heartbeat rather than raised out of ``poll()``."""
+        try:
+            await self._beat(joining=not self._joined)
+        except psycopg.errors.LockNotAvailable:
+            log.debug("group %s: heartbeat waits, the group is locked", self.group)
+            return False
+        self._joined = True
+        return True
 
     def polled(self) -> None:
         """The consumer polled (or claimed a batch): restart the ``max_poll_interval`` clock."""
@@ -279,8 +290,8 @@ class AsyncMembership:
                 if self._poll_overdue():
                     await self._leave_for_poll_interval()
                     return
-                await self._beat(joining=False)
-                failures = 0
+                if await self._join_beat():
+                    failures = 0
             except InstanceFenced as exc:
                 self.fence(exc)
                 await self._close_listener()
