@@ -28,8 +28,8 @@ def test_a_locked_group_row_delays_a_join_without_a_raw_lock_error(
         first.poll(timeout=0.1)
         first.commit()
         assert second.poll(timeout=0.1) == []
+        first.close()
         admin.rollback()  # the lock goes: the next heartbeat registers the second member
-    first.close()
     deadline = time.monotonic() + 30
     while second.assignment() != {postroom.TopicPartition("t", 0), postroom.TopicPartition("t", 1)}:
         assert time.monotonic() < deadline, second.assignment()
