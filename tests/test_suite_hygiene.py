@@ -20,10 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def pytest_run(
     cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    # One process (-n 0): the inner suite is small, and an xdist worker's variables (this suite
+    # runs under xdist, pyproject's addopts) must not make the inner run think it is a worker.
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *args],
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        env={**outer, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,

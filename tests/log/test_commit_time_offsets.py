@@ -353,7 +353,7 @@ def test_producer_role_publishes_in_its_own_transaction_with_functions_only(
     client.create_topic("orders", partitions=2)
     client.create_topic("outbox")
     with make_login_role(client.conninfo, "postroom_stage_role") as role:
-        client.grant(role, "producer")
+        client.grant(role, "producer", topics=["orders", "outbox"])
         url = make_conninfo(client.conninfo, user=role)
         with postroom.connect(url) as producer, psycopg.connect(url) as conn:
             for statement in (

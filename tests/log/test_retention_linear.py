@@ -19,6 +19,7 @@ def backlog(client: postroom.Client, topic: str, count: int) -> None:
             " FROM generate_series(1, %s) AS i))",
             [topic, count],
         )
+        conn.commit()  # written at commit (publishes in a transaction are staged until then)
         conn.execute("UPDATE postroom.messages SET created_at = now() - interval '2 days'")
 
 

@@ -89,7 +89,7 @@ def test_a_consumer_role_may_use_the_sql_consumer_forms(client: postroom.Client,
     client.create_topic("orders")
     client.publish("orders", {"id": 1})
     with login_role(dsn, "sqlconsumer") as role:
-        client.grant(role, "consumer")
+        client.grant(role, "consumer", groups=["g"])
         rows = sql(
             make_conninfo(dsn, user=role),
             "SELECT value FROM postroom.consume_json('g', 'orders')",

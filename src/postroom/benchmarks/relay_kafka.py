@@ -7,6 +7,7 @@ kind of consumer.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import threading
 import time
@@ -15,7 +16,18 @@ from contextlib import contextmanager
 from typing import Any
 
 import postroom
-from postroom.relay.sinks.kafka import kafka_partition
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _partition(key: bytes, partitions: int) -> int:
+    return postroom.partition_for_key(key, partitions)
+
+
+def kafka_partition(key: bytes | None, partitions: int) -> int:
+    """The partition the Kafka sink gives ``key`` (Kafka's Java client's; -1: librdkafka picks
+    one for a message without a key), cached as the sink caches it."""
+    return -1 if key is None else _partition(key, partitions)
+
 
 # The Kafka sink's producer settings (postroom.relay.sinks.kafka), so the raw reference pays
 # for the same guarantees.
