@@ -17,7 +17,9 @@ def test_a_locked_group_row_delays_a_join_without_a_raw_lock_error(
 ) -> None:
     any_client.create_topic("t", partitions=2)
     any_client.publish_batch("t", list(range(10)))
-    first = any_client.consumer("g", "t", session_timeout=2)
+    # The first member keeps a long session: its heartbeats must not lapse on a loaded box
+    # while the test holds the group row (only the join waits on it).
+    first = any_client.consumer("g", "t", session_timeout=10)
     assert first.poll(timeout=5, max_messages=2)
     with psycopg.connect(any_client.conninfo) as admin:
         admin.execute("SELECT FROM postroom.groups WHERE group_name = 'g' FOR UPDATE")
