@@ -131,7 +131,7 @@ def test_poll_keeps_the_byte_budget(any_client: postroom.Client) -> None:
 def test_utc_timestamps_keeps_the_instant_and_the_session_zone_unless_it_is_utc(
     client: postroom.Client,
 ) -> None:
-    from postroom.log.records import utc_timestamps
+    from postroom.log.reading import utc_timestamps
 
     with psycopg.connect(client.conninfo, autocommit=True) as conn:
         query = "SELECT '2026-01-31 12:00:00+00'::timestamptz"

@@ -67,7 +67,7 @@ def test_build_message_makes_an_ordinary_frozen_message() -> None:
 def test_gc_paused_restores_the_collector_state_even_on_error() -> None:
     import gc
 
-    from postroom.log.records import gc_paused
+    from postroom.log.reading import gc_paused
 
     assert gc.isenabled()
     with pytest.raises(ZeroDivisionError), gc_paused():
@@ -87,7 +87,7 @@ def test_overlapping_gc_pauses_resume_the_collector_once_the_last_ends() -> None
     import gc
     import threading
 
-    from postroom.log.records import gc_paused
+    from postroom.log.reading import gc_paused
 
     entered, release = threading.Event(), threading.Event()
 

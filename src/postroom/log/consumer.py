@@ -27,14 +27,13 @@ from .assigned import (
 )
 from .membership import DEFAULT_MAX_POLL_INTERVAL
 from .metadata import TopicCache
+from .reading import gc_paused, utc_timestamps
 from .records import (
     Message,
     MessageBuilder,
     TopicPartition,
     check_offset,
     decode_headers,
-    gc_paused,
-    utc_timestamps,
 )
 
 MAX_INT4 = 2**31 - 1
@@ -227,7 +226,7 @@ class Consumer(AssignedPartitions):
         cur = self._execute_fetch(params)
         # The cyclic GC paused while the rows are made and turned into messages (no
         # suspension inside: the result is here), and the rows freed before it resumes:
-        # records.gc_paused.
+        # reading.gc_paused.
         with gc_paused():
             rows = cur.fetchall()
         self._prefetch_after(rows, limit, max_bytes)

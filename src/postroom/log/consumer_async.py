@@ -25,14 +25,13 @@ from .assigned_async import (
 )
 from .membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .metadata_async import AsyncTopicCache
+from .reading import gc_paused, utc_timestamps
 from .records import (
     Message,
     MessageBuilder,
     TopicPartition,
     check_offset,
     decode_headers,
-    gc_paused,
-    utc_timestamps,
 )
 
 MAX_INT4 = 2**31 - 1
@@ -225,7 +224,7 @@ class AsyncConsumer(AsyncAssignedPartitions):
         cur = await self._execute_fetch(params)
         # The cyclic GC paused while the rows are made and turned into messages (no
         # suspension inside: the result is here), and the rows freed before it resumes:
-        # records.gc_paused.
+        # reading.gc_paused.
         with gc_paused():
             rows = await cur.fetchall()
         await self._prefetch_after(rows, limit, max_bytes)

@@ -32,22 +32,18 @@ from .records import (
     notify_payload,
 )
 from .requests import (
+    PIPELINE_MAX_BYTES,
     JobOptions,
     JobRequest,
+    args_size,
     batch_columns,
     describe_jobs,
     encode_args,
     job_options,
     split_options,
+    statement_chunks,
 )
 from .serializer import Serializer, check_serializer
-
-ENQUEUE_CHUNK = 5000
-"""Jobs per INSERT statement in ``enqueue_batch``."""
-PIPELINE_MAX_BYTES = 1024 * 1024
-"""Arguments one pipeline sends at most; a larger chunk goes alone, outside a pipeline (a
-round trip costs nothing next to sending a megabyte, and psycopg's pipeline mode was seen to
-wait forever on statements of 20-30 MB: issue 23, item 10)."""
 
 _KIND_AND_ARGS = frozenset({"kind", "args"})
 
@@ -230,11 +226,11 @@ class AsyncJobs(AsyncJobAdmin):
 
         async with self.db.connection(conn, committing=committing) as db_conn:
             try:
-                chunks = _chunks(requests)
+                chunks = statement_chunks(requests)
                 chunk = next(chunks, None)
                 finished = False
                 while chunk is not None:
-                    if _args_size(chunk) > PIPELINE_MAX_BYTES:
+                    if args_size(chunk) > PIPELINE_MAX_BYTES:
                         # Alone and outside a pipeline: psycopg's pipeline mode can wait
                         # forever for the results of a statement of many megabytes it has
                         # not finished sending (the server waits for the rest of it).
@@ -246,8 +242,8 @@ class AsyncJobs(AsyncJobAdmin):
                     # this side prepares the next.
                     async with db_conn.pipeline():
                         budget = PIPELINE_MAX_BYTES
-                        while chunk is not None and _args_size(chunk) <= budget:
-                            budget -= _args_size(chunk)
+                        while chunk is not None and args_size(chunk) <= budget:
+                            budget -= args_size(chunk)
                             sent.append((chunk, await self._send(db_conn, chunk, queues)))
                             chunk = next(chunks, None)
                         if chunk is None:
@@ -482,27 +478,3 @@ class AsyncJob:
     async def cancel(self) -> str:
         """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
         return await self._jobs.cancel(self.id)
-
-
-def _args_size(chunk: list[JobRequest]) -> int:
-    """About the bytes a chunk's statement sends (its arguments' JSON text)."""
-    return sum(len(r.args_json) for r in chunk)
-
-
-def _chunks(requests: Iterable[JobRequest]) -> Iterator[list[JobRequest]]:
-    """Runs of plain requests (at most ENQUEUE_CHUNK each) and single workflow requests, in
-    order: a workflow job may depend on the jobs before it."""
-    run: list[JobRequest] = []
-    for request in requests:
-        if request.options.is_workflow:
-            if run:
-                yield run
-                run = []
-            yield [request]
-        else:
-            run.append(request)
-            if len(run) == ENQUEUE_CHUNK:
-                yield run
-                run = []
-    if run:
-        yield run

@@ -6,7 +6,7 @@ sync client is a request to an async one too. Sans-IO.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -235,3 +235,35 @@ def describe_jobs(requests: list[JobRequest]) -> str:
     else:
         text += " without unique keys"
     return text
+
+
+ENQUEUE_CHUNK = 5000
+"""Jobs per INSERT statement in ``enqueue_batch``."""
+PIPELINE_MAX_BYTES = 1024 * 1024
+"""Arguments one pipeline sends at most; a larger chunk goes alone, outside a pipeline (a
+round trip costs nothing next to sending a megabyte, and psycopg's pipeline mode was seen to
+wait forever on statements of 20-30 MB: issue 23, item 10)."""
+
+
+def args_size(chunk: list[JobRequest]) -> int:
+    """About the bytes a chunk's statement sends (its arguments' JSON text)."""
+    return sum(len(r.args_json) for r in chunk)
+
+
+def statement_chunks(requests: Iterable[JobRequest]) -> Iterator[list[JobRequest]]:
+    """Runs of plain requests (at most ENQUEUE_CHUNK each) and single workflow requests, in
+    order: a workflow job may depend on the jobs before it."""
+    run: list[JobRequest] = []
+    for request in requests:
+        if request.options.is_workflow:
+            if run:
+                yield run
+                run = []
+            yield [request]
+        else:
+            run.append(request)
+            if len(run) == ENQUEUE_CHUNK:
+                yield run
+                run = []
+    if run:
+        yield run
