@@ -75,3 +75,32 @@ def test_grant_scopes_an_enqueuer_to_the_queues_given_with_queue(
             with pytest.raises(postroom.errors.PermissionDenied):
                 as_role.enqueue("send", {"to": "b"}, queue="billing")
     assert [j.queue for j in client.list_jobs()] == ["email"]
+
+
+def test_queue_grants_are_listed_and_revoked_like_group_and_topic_grants(
+    client: postroom.Client, dsn: str
+) -> None:
+    with login_role(dsn, "cli_queue_scope") as role:
+        ok(dsn, "grant", role, "enqueuer", "--queue", "email", "--queue", "sms")
+        listed = json.loads(ok(dsn, "grants", role, "--json").stdout)
+        assert [(g["resource"], g["name"]) for g in listed] == [
+            ("queue", "email"),
+            ("queue", "sms"),
+        ]
+        assert "revoked 1 grant(s)" in ok(dsn, "revoke", role, "--queue", "sms").stdout
+        assert [g.name for g in client.grants(role)] == ["email"]
+        with postroom.connect(make_conninfo(dsn, user=role)) as as_role:
+            as_role.enqueue("send", {"to": "a"}, queue="email")
+            with pytest.raises(postroom.errors.PermissionDenied):
+                as_role.enqueue("send", {"to": "b"}, queue="sms")
+        # The every-queue grant is listed as '*' and revoked by that name; a role left with no
+        # queue grant may use no queue.
+        ok(dsn, "grant", role, "enqueuer")
+        assert ("queue", "*") in [(g.resource, g.name) for g in client.grants(role)]
+        assert client.revoke(role, queues=["*", "email"]) == 2
+        assert client.grants(role) == []
+        with postroom.connect(make_conninfo(dsn, user=role)) as as_role:
+            with pytest.raises(postroom.errors.PermissionDenied):
+                as_role.enqueue("send", {"to": "c"}, queue="email")
+        result = run(dsn, "revoke", role, "--queue", "bad name")
+        assert result.exit_code == 1 and result.stderr.startswith("error: invalid queue name")

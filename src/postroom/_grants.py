@@ -12,14 +12,16 @@ from typing import NamedTuple
 
 from .errors import InvalidArgument, InvalidName
 from .log.records import check_name
+from .queue.records import check_queue
 
 EVERY = "*"
 """The grant that names every group (nobody holds yet) or every topic."""
 
 
 class RoleGrant(NamedTuple):
-    """One scoped grant: ``role`` may use consumer group ``name`` (``resource == "group"``) or
-    publish to topic ``name`` (``"topic"``); ``name`` is ``"*"`` for every one. ``owner``: the
+    """One scoped grant: ``role`` may use consumer group ``name`` (``resource == "group"``),
+    enqueue to or run queue ``name`` (``"queue"``) or publish to topic ``name``
+    (``"topic"``); ``name`` is ``"*"`` for every one. ``owner``: the
     role took the group on first use (else an admin granted it)."""
 
     role: str
@@ -37,12 +39,13 @@ def check_role(role: object) -> str:
 
 
 def check_scope(kind: str, names: Iterable[str] | None) -> list[str]:
-    """The group or topic names of a grant (``kind``: "group" or "topic"), each valid or
-    ``"*"``; an empty list for None."""
+    """The group, topic or queue names of a grant (``kind``: "group", "topic" or "queue"),
+    each valid or ``"*"``; an empty list for None."""
     if names is None:
         return []
     if isinstance(names, str):
         raise InvalidArgument(
             f"invalid {kind}s {names!r}: a list of {kind} names (or ['*'] for every {kind})"
         )
-    return [name if name == EVERY else check_name(kind, name) for name in names]
+    check = check_queue if kind == "queue" else lambda name: check_name(kind, name)
+    return [name if name == EVERY else check(name) for name in names]

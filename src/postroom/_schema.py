@@ -125,28 +125,30 @@ class Schema:
                     conn.execute(self._db.q("grant_queues"), {"role": role, "queues": scoped})
 
     def revoke(
-        self, role: str, groups: Iterable[str] | None = None, topics: Iterable[str] | None = None
+        self,
+        role: str,
+        groups: Iterable[str] | None = None,
+        topics: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> int:
         check_role(role)
-        dropped = check_scope("group", groups)
-        withdrawn = check_scope("topic", topics)
-        if not dropped and not withdrawn:
-            raise InvalidArgument("revoke(role, groups=[...], topics=[...]): name what to revoke")
+        scopes = [
+            ("revoke_groups", "groups", check_scope("group", groups)),
+            ("revoke_topics", "topics", check_scope("topic", topics)),
+            ("revoke_queues", "queues", check_scope("queue", queues)),
+        ]
+        if not any(names for _, _, names in scopes):
+            raise InvalidArgument(
+                "revoke(role, groups=[...], topics=[...], queues=[...]): name what to revoke"
+            )
         removed = 0
         with _role_errors(role):
             with self._db.connection() as conn:
-                if dropped:
-                    cur = conn.execute(
-                        self._db.q("revoke_groups"), {"role": role, "groups": dropped}
-                    )
-                    row = cur.fetchone()
-                    removed += row[0] if row and row[0] else 0
-                if withdrawn:
-                    cur = conn.execute(
-                        self._db.q("revoke_topics"), {"role": role, "topics": withdrawn}
-                    )
-                    row = cur.fetchone()
-                    removed += row[0] if row and row[0] else 0
+                for query, argument, names in scopes:
+                    if names:
+                        cur = conn.execute(self._db.q(query), {"role": role, argument: names})
+                        row = cur.fetchone()
+                        removed += row[0] if row and row[0] else 0
         return removed
 
     def grants(self, role: str | None = None) -> list[RoleGrant]:

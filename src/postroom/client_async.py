@@ -169,18 +169,21 @@ class AsyncClient(AsyncQueueFacade):
         *,
         groups: Iterable[str] | None = None,
         topics: Iterable[str] | None = None,
+        queues: Iterable[str] | None = None,
     ) -> int:
-        """Take back ``role``'s grants on consumer ``groups`` and ``topics`` (names or
-        ``"*"``, as granted); returns how many grants it removed. A group nobody holds any
-        more goes to the next role granted ``"*"`` that uses it. Admins only.
+        """Take back ``role``'s grants on consumer ``groups``, ``topics`` and ``queues``
+        (names or ``"*"``, as granted); returns how many grants it removed. A group nobody
+        holds any more goes to the next role granted ``"*"`` that uses it; an enqueuer or
+        worker left with no queue grant may use no queue. Admins only.
 
             client.revoke("billing_audit", groups=["billing"])
+            client.revoke("mailer", queues=["*"])  # after granting it queues=["email"]
         """
-        return await self._schema.revoke(role, groups, topics)
+        return await self._schema.revoke(role, groups, topics, queues)
 
     async def grants(self, role: str | None = None) -> list[RoleGrant]:
         """The scoped grants of ``role`` (every role's if None), sorted by role, resource
-        (``"group"``, ``"topic"``) and name: :class:`postroom.RoleGrant` tuples. Admins
+        (``"group"``, ``"queue"``, ``"topic"``) and name: :class:`postroom.RoleGrant` tuples. Admins
         only."""
         return await self._schema.grants(role)
 

@@ -128,6 +128,10 @@ SELECT {schema}.grant_topics(%(role)s, %(topics)s::text[]);
 -- Takes back role %(role)s's grants on topics %(topics)s; returns how many (row locks on them).
 SELECT {schema}.revoke_topics(%(role)s, %(topics)s::text[]);
 
+-- name: revoke_queues
+-- Takes back role %(role)s's grants on queues %(queues)s; returns how many (row locks on them).
+SELECT {schema}.revoke_queues(%(role)s, %(queues)s::text[]);
+
 -- name: role_grants
 -- The scoped grants of role %(role)s (every role's when NULL); admins only (no locks).
 SELECT role_name, resource, name, owner, granted_at FROM {schema}.role_grants(%(role)s);

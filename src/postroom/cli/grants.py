@@ -68,10 +68,12 @@ def revoke(
     role: Annotated[str, typer.Argument(help="A database role.")],
     groups: Groups = None,
     topics: Topics = None,
+    queues: Queues = None,
 ) -> None:
-    """Take back a role's grants on consumer groups (--group) and topics (--topic)."""
+    """Take back a role's grants on consumer groups (--group), topics (--topic) and queues
+    (--queue; '*' for the every-queue grant)."""
     with open_client(ctx) as client:
-        removed = client.revoke(role, groups=groups, topics=topics)
+        removed = client.revoke(role, groups=groups, topics=topics, queues=queues)
     console.print(f"revoked {removed} grant(s) of role {role!r}")
 
 
@@ -80,8 +82,8 @@ def grants(
     role: Annotated[str | None, typer.Argument(help="Only this role's grants.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
-    """List the scoped grants: which role may use which consumer group or publish to which
-    topic ('*': every one), and whether it took the group on first use (owner)."""
+    """List the scoped grants: which role may use which consumer group or queue, or publish
+    to which topic ('*': every one), and whether it took the group on first use (owner)."""
     with open_client(ctx) as client:
         found = client.grants(role)
     if as_json:
