@@ -22,6 +22,13 @@ def check_int(what: str, value: object, low: int, high: int | None = None, hint:
     return value
 
 
+def check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (
+        not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout >= 0
+    ):
+        raise InvalidArgument(f"invalid timeout {timeout!r}: seconds >= 0, or None")
+
+
 def check_text(what: str, value: str) -> str:
     """``value`` if PostgreSQL can store it as text: no NUL character, no lone surrogate."""
     if "\x00" in value:

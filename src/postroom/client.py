@@ -15,7 +15,6 @@ from ._grants import RoleGrant
 from ._schema import Schema
 from .errors import InvalidName
 from .log.admin import UNSET
-from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
 from .log.engine import Log
 from .log.membership import DEFAULT_MAX_POLL_INTERVAL
@@ -27,9 +26,11 @@ from .log.producer import (
     Producer,
 )
 from .log.records import (
+    DEFAULT_SESSION_TIMEOUT,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     TopicInfo,
     TopicPartition,

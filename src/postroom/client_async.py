@@ -13,7 +13,6 @@ from ._grants import RoleGrant
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
 from .log.admin_async import UNSET
-from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer_async import AsyncConsumer
 from .log.engine_async import AsyncLog
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
@@ -25,9 +24,11 @@ from .log.producer_async import (
     AsyncProducer,
 )
 from .log.records import (
+    DEFAULT_SESSION_TIMEOUT,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     TopicInfo,
     TopicPartition,

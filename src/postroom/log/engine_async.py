@@ -14,7 +14,7 @@ from typing import Any
 
 from .._db_async import AsyncDatabase
 from .admin_async import UNSET, AsyncLogAdmin
-from .assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .appender_async import AsyncAppender
 from .consumer_async import AsyncConsumer
 from .deadletters_async import AsyncDeadLetters
 from .membership_async import DEFAULT_MAX_POLL_INTERVAL
@@ -24,14 +24,15 @@ from .producer_async import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_MESSAGES,
     DEFAULT_BUFFER_TIMEOUT,
-    AsyncAppender,
     AsyncProducer,
 )
 from .records import (
+    DEFAULT_SESSION_TIMEOUT,
     MAX_VALUE_BYTES,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     Record,
     TopicInfo,
