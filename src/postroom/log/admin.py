@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from .._checks import check_group_ttl, check_max_lag, check_retention
 from .._db import Database
 from ..errors import GroupNotFound, InvalidArgument, OffsetOutOfRange, TopicExists, TopicNotFound
 from .metadata import TopicCache
@@ -36,30 +37,6 @@ logger = logging.getLogger("postroom.groups")
 
 UNSET: Any = object()
 """``alter_topic``'s default: leave the setting as it is."""
-
-
-def check_max_lag(max_lag: int | None) -> int | None:
-    if max_lag is not None and (
-        not isinstance(max_lag, int) or isinstance(max_lag, bool) or max_lag < 1
-    ):
-        raise InvalidArgument(f"invalid max_lag {max_lag!r}: an integer >= 1 (messages), or None")
-    return max_lag
-
-
-def check_retention(retention: timedelta | None) -> timedelta | None:
-    if retention is not None and (
-        not isinstance(retention, timedelta) or retention <= timedelta(0)
-    ):
-        raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
-    return retention
-
-
-def check_group_ttl(group_ttl: timedelta | None) -> timedelta | None:
-    if group_ttl is not None and (
-        not isinstance(group_ttl, timedelta) or group_ttl <= timedelta(0)
-    ):
-        raise InvalidArgument(f"invalid group_ttl {group_ttl!r}: a positive timedelta or None")
-    return group_ttl
 
 
 class LogAdmin:

@@ -29,7 +29,8 @@ from typing import Any
 import psycopg
 
 from .._acompat import Event, gather, sleep, spawn
-from .._db import Database, translate_errors
+from .._db import Database
+from .._dbshared import translate_errors
 from .._reconnect import reconnect_delay
 from .._retention import RetentionRunner, retention_interval
 from ..errors import InstanceFenced, PostroomError, TopicNotFound

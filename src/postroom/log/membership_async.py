@@ -27,7 +27,8 @@ from typing import Any
 import psycopg
 
 from .._acompat import AEvent, agather, asleep, aspawn
-from .._db_async import AsyncDatabase, translate_errors
+from .._db_async import AsyncDatabase
+from .._dbshared import translate_errors
 from .._reconnect import reconnect_delay
 from .._retention_async import AsyncRetentionRunner, retention_interval
 from ..errors import InstanceFenced, PostroomError, TopicNotFound

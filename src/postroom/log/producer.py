@@ -22,6 +22,7 @@ from .._acompat import (
 from .._checks import check_timeout
 from ..errors import BufferFull, InvalidArgument, ProducerClosed
 from .appender import Appender
+from .batching import MAX_IN_FLIGHT, BatchPolicy, Slot, buffered_size
 from .records import (
     _CHECKED_TOPICS,
     MAX_VALUE_BYTES,
@@ -39,20 +40,6 @@ reservation, the commit's WAL flush) cost 20-40% of the rate at 10,000 (bench/RE
 DEFAULT_BUFFER_MESSAGES = 100_000
 DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
 DEFAULT_BUFFER_TIMEOUT = 60.0
-MAX_IN_FLIGHT = 2
-"""Batches a producer writes at once, each on a pooled connection of its own. The server stores
-one batch while the next is taken, its offsets reserved, encoded and sent, so neither the
-server nor the client waits for the other (with one batch at a time they took turns: the
-server idle while the client reserved and encoded, the client waiting for the server's COPY).
-Batches in flight together write to different partitions, so each partition still gets its
-batches one after the other, in send order (see ``_admit``)."""
-
-OVERLAP_MIN_PENDING = 1000
-"""Sends that must be waiting before a batch is taken beside one in flight (or ``batch_size``,
-if smaller). A batch of a few sends gains nothing from overlapping another: it costs round
-trips and a commit, and two commits at once only wait on each other's WAL flush. So at low
-rates (say 1,000 sends a second with ``linger_ms=0``) batches go one at a time, as they did
-before (``postroom bench log``'s end-to-end latency phase)."""
 
 
 class _Chunk:
@@ -71,19 +58,6 @@ class _Chunk:
         self.sends = Sends()
         self.size = 0  # bytes of keys and values
         self.records = 0  # how many items are Records (not plain sends)
-
-
-class _Slot:
-    """A batch in flight: the partition it writes (a lean batch) or whether it holds the
-    producer alone (any other), and whether its COPY data is handed to the server yet."""
-
-    __slots__ = ("exclusive", "partition", "sent", "topic_id")
-
-    def __init__(self) -> None:
-        self.topic_id = 0
-        self.partition: int | None = None
-        self.exclusive = False
-        self.sent = False
 
 
 class Producer:
@@ -140,7 +114,8 @@ class Producer:
         check_timeout(buffer_timeout)
         self._appender = appender
         self._backlog_timeout = backlog_timeout
-        self._linger = linger_ms / 1000
+        self._policy = BatchPolicy(batch_size, linger_ms / 1000)
+        self._wake_at = self._policy.wake_points()
         self._batch_size = batch_size
         self._buffer_messages = buffer_messages
         self._buffer_bytes = buffer_bytes
@@ -159,12 +134,6 @@ class Producer:
         self._chunks: deque[_Chunk] = deque()
         self._pending = 0
         self._pending_bytes = 0
-        self._in_flight = 0  # batches taken and not yet written (or failed)
-        # Batches in flight whose COPY data is not yet handed to the server: while one is, no
-        # other is taken (it would only wait, holding a batch beyond the buffer's limits).
-        self._unsent = 0
-        self._busy: dict[int, set[int]] = {}  # topic id -> partitions lean batches in flight write
-        self._exclusive = False  # a batch of the general path is in flight, alone
         # Held by a writer while it takes a batch and admits it: batches are admitted (their
         # partitions chosen, or the producer held alone) in the order they were taken.
         self._take_lock = Lock()
@@ -199,7 +168,7 @@ class Producer:
             item = make_record(topic, value, key, headers, partition)
             if partition is not None:
                 self._appender.check_partition(item)
-            size = _item_size(item)
+            size = buffered_size(item)
         with self._buffer_lock:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")
@@ -223,9 +192,8 @@ class Producer:
             self._pending_bytes += size
             self._pending += 1
             pending = self._pending
-        if pending == 1 or pending == self._batch_size or pending == OVERLAP_MIN_PENDING:
-            # Wake the writer: the first pending message, enough for a batch beside one in
-            # flight, or a full batch. Waking needs
+        if pending in self._wake_at:
+            # Wake the writer (BatchPolicy.wake_points). Waking needs
             # ``_cond``, under which the writer checks the lists before it waits, so this
             # notification cannot fall between its check and its wait.
             with self._cond:
@@ -268,7 +236,7 @@ class Producer:
         with self._cond:
             self._flushing += 1
             try:
-                while self._pending or self._in_flight:
+                while self._pending or self._policy.in_flight:
                     self._cond.notify_all()
                     self._cond.wait_timeout(0.1)
             finally:
@@ -304,42 +272,22 @@ class Producer:
                 self._write(batch, slot)
             finally:
                 with self._cond:
-                    self._release(slot)
-                    self._in_flight -= 1
+                    self._policy.release(slot)
                     self._cond.notify_all()
 
-    def _may_take(self) -> bool:
-        """Whether a writer may take a batch now (``_cond`` held, sends pending): when no other
-        batch is in flight; or when the others' data is all sent, enough sends are pending
-        (``OVERLAP_MIN_PENDING``) and the first pending send's topic (if its metadata is
-        cached) has a partition no batch in flight writes."""
-        if not self._in_flight:
-            return True
-        if (
-            self._unsent
-            or self._exclusive
-            or self._pending < min(self._batch_size, OVERLAP_MIN_PENDING)
-        ):
-            return False
-        meta = self._appender.cached(self._chunks[0].topics[0])
-        return meta is not None and len(self._busy.get(meta.id, ())) < meta.partitions
-
     def _next_batch(self) -> _Chunk | None:
-        """Wait for sends (and for ``_may_take``), linger for more, and take a batch: the first
-        chunk of sends, up to ``batch_size`` of them."""
+        """Wait for sends (and for the policy's ``may_take``), linger for more, and take a
+        batch: the first chunk of sends, up to ``batch_size`` of them."""
+        policy = self._policy
         with self._cond:
-            while not self._pending or not self._may_take():
+            while not self._pending or not policy.may_take(self._pending, self._first_topic):
                 if not self._pending and self._closed:
                     return None
                 self._cond.wait_timeout(1.0)
-            deadline = time.monotonic() + self._linger
-            while (
-                self._pending < self._batch_size  # the first chunk is full from there on
-                and not self._closed
-                and not self._flushing
-                and not self._waiting_for_space
-            ):
-                remaining = deadline - time.monotonic()
+            deadline = policy.linger_deadline()
+            while True:
+                hurry = self._closed or bool(self._flushing) or bool(self._waiting_for_space)
+                remaining = policy.linger_left(deadline, self._pending, hurry)
                 if remaining <= 0:
                     break
                 self._cond.wait_timeout(remaining)
@@ -349,19 +297,17 @@ class Producer:
                 self._pending_bytes = self._pending_bytes - chunk.size if self._pending else 0
                 if self._waiting_for_space:
                     self._space.notify_all()
-            self._in_flight += 1
-            self._unsent += 1
+            policy.took()
             return chunk
 
-    def _admit(self, batch: _Chunk) -> _Slot:
-        """Wait until the batch may be written beside the batches in flight, and say how.
+    def _first_topic(self) -> TopicMeta | None:
+        """The cached metadata of the first pending send's topic (None: not cached)."""
+        return self._appender.cached(self._chunks[0].topics[0])
 
-        A lean batch (plain sends to one topic) gets a sticky partition that no batch in flight
-        writes: a partition's batches are then written one after the other, in the order they
-        were taken, even when one of them is refused and written again piece by piece. Any
-        other batch (keys, partitions, headers: it may write any partition) waits until it is
-        the only one in flight, and no other batch is admitted until it is written."""
-        slot = _Slot()
+    def _admit(self, batch: _Chunk) -> Slot:
+        """Wait until the batch may be written beside the batches in flight, and say how
+        (``BatchPolicy.admit``: a lean batch, plain sends to one topic, gets a partition of its
+        own; any other waits to be alone)."""
         topics = batch.topics
         topic = topics[0]
         meta: TopicMeta | None = None
@@ -372,34 +318,12 @@ class Producer:
                 meta = None
         with self._cond:
             while True:
-                if meta is not None:
-                    busy = self._busy.setdefault(meta.id, set())
-                    if not self._exclusive and len(busy) < meta.partitions:
-                        partition = self._appender.next_sticky(meta.partitions)
-                        while partition in busy:
-                            partition = self._appender.next_sticky(meta.partitions)
-                        busy.add(partition)
-                        slot.topic_id, slot.partition = meta.id, partition
-                        return slot
-                elif self._in_flight == 1:  # this batch alone
-                    self._exclusive = slot.exclusive = True
+                slot = self._policy.admit(meta, self._appender.next_sticky)
+                if slot is not None:
                     return slot
                 self._cond.wait_timeout(1.0)
 
-    def _release(self, slot: _Slot) -> None:
-        """Give back what ``slot`` held (``_cond`` held)."""
-        if slot.partition is not None:
-            busy = self._busy[slot.topic_id]
-            busy.discard(slot.partition)
-            if not busy:
-                del self._busy[slot.topic_id]
-        if slot.exclusive:
-            self._exclusive = False
-        if not slot.sent:
-            slot.sent = True
-            self._unsent -= 1
-
-    def _write(self, batch: _Chunk, slot: _Slot) -> None:
+    def _write(self, batch: _Chunk, slot: Slot) -> None:
         """Append the batch and resolve its futures after the commit. A record that cannot be
         written fails its own future only; the rest of the batch is written."""
 
@@ -407,9 +331,8 @@ class Producer:
             # The data is out: another writer may take the next batch meanwhile.
             if not slot.sent:
                 with self._cond:
-                    slot.sent = True
-                    self._unsent -= 1
-                    self._cond.notify_all()
+                    if self._policy.sent(slot):
+                        self._cond.notify_all()
 
         sends = batch.sends
         try:
@@ -465,11 +388,3 @@ class Producer:
             self._append_isolating(records[middle:], indexes[middle:], sends)
             return
         sends.set_results(indexes, results)
-
-
-def _item_size(item: bytes | Record) -> int:
-    """The bytes a pending send counts for in the producer's buffer: key and value."""
-    if type(item) is bytes:
-        return len(item)
-    record = cast(Record, item)
-    return len(record.value) + (0 if record.key is None else len(record.key))
