@@ -102,3 +102,20 @@ def test_generated_twins_define_io_only() -> None:
     )
     stale = sorted(EXCEPTIONS - found)
     assert not stale, f"moved already: remove {stale} from EXCEPTIONS"
+
+
+def test_both_twins_share_one_object_of_each_type_and_sentinel() -> None:
+    import importlib
+
+    for module, names in {
+        "log.metadata": ["TopicMeta"],
+        "log.membership": ["Lease", "TopicMeta"],
+        "log.assigners": ["Lease", "Assigned", "PartitionState"],
+        "log.admin": ["UNSET", "check_max_lag", "check_retention", "check_group_ttl"],
+        "log.deadletters": ["dead_letter_topic", "fit_headers", "replay_headers"],
+        "_db": ["translate_errors", "unwrap_connection"],
+    }.items():
+        sync = importlib.import_module(f"postroom.{module}")
+        asyncio_flavour = importlib.import_module(f"postroom.{module}_async")
+        for name in names:
+            assert getattr(sync, name) is getattr(asyncio_flavour, name), f"{module}.{name}"

@@ -14,7 +14,6 @@ from ._db import Database, open_database
 from ._grants import RoleGrant
 from ._schema import Schema
 from .errors import InvalidName
-from .log.admin import UNSET
 from .log.consumer import Consumer
 from .log.engine import Log
 from .log.membership import DEFAULT_MAX_POLL_INTERVAL
@@ -27,6 +26,7 @@ from .log.producer import (
 )
 from .log.records import (
     DEFAULT_SESSION_TIMEOUT,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,

@@ -12,7 +12,6 @@ from ._db_async import AsyncDatabase, open_database
 from ._grants import RoleGrant
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
-from .log.admin_async import UNSET
 from .log.consumer_async import AsyncConsumer
 from .log.engine_async import AsyncLog
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
@@ -25,6 +24,7 @@ from .log.producer_async import (
 )
 from .log.records import (
     DEFAULT_SESSION_TIMEOUT,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,

@@ -1,8 +1,8 @@
 """Log administration: topics, consumer group cursors and retention.
 
-The client facade checks nothing here twice: it hands each call to the log admin (``LogAdmin``,
-``AsyncLogAdmin``), which checks the arguments, runs the named queries (``_sql/log.sql``) and
-turns the rows into records.
+The log engine (``engine_async.py``) hands each topic and group call to the log admin
+(``LogAdmin``, ``AsyncLogAdmin``), which checks the arguments, runs the named queries
+(``_sql/log.sql``) and turns the rows into records.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .._db_async import AsyncDatabase
 from ..errors import GroupNotFound, InvalidArgument, OffsetOutOfRange, TopicExists, TopicNotFound
 from .metadata_async import AsyncTopicCache
 from .records import (
+    UNSET,
     GroupInfo,
     PartitionInfo,
     PartitionLag,
@@ -33,13 +34,10 @@ GROUP_EXPIRY = timedelta(days=7)
 
 logger = logging.getLogger("postroom.groups")
 
-UNSET: Any = object()
-"""``alter_topic``'s default: leave the setting as it is."""
-
 
 class AsyncLogAdmin:
     """Creates, grows, describes and deletes topics; inspects, resets and deletes groups;
-    applies retention. Shares the client's topic cache, which it invalidates on changes."""
+    applies retention. Shares the engine's topic cache, which it invalidates on changes."""
 
     def __init__(self, db: AsyncDatabase, topics: AsyncTopicCache) -> None:
         self._db = db

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._db import Database
-from .admin import UNSET, LogAdmin
+from .admin import LogAdmin
 from .appender import Appender
 from .consumer import Consumer
 from .deadletters import DeadLetters
@@ -31,6 +31,7 @@ from .producer import (
 from .records import (
     DEFAULT_SESSION_TIMEOUT,
     MAX_VALUE_BYTES,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,

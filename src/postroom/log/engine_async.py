@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._db_async import AsyncDatabase
-from .admin_async import UNSET, AsyncLogAdmin
+from .admin_async import AsyncLogAdmin
 from .appender_async import AsyncAppender
 from .consumer_async import AsyncConsumer
 from .deadletters_async import AsyncDeadLetters
@@ -29,6 +29,7 @@ from .producer_async import (
 from .records import (
     DEFAULT_SESSION_TIMEOUT,
     MAX_VALUE_BYTES,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,

@@ -42,6 +42,8 @@ class TopicMeta(NamedTuple):
     partitions: int
 
 
+UNSET: Any = object()
+"""``alter_topic``'s default: leave the setting as it is (one object for both clients)."""
 OffsetReset = Literal["earliest", "latest"]
 """Where a new group's cursors start: the earliest retained message or the latest."""
 DEFAULT_SESSION_TIMEOUT = 10.0
