@@ -208,6 +208,8 @@ class GroupAssignment:
         return self._membership
 
     def start(self) -> None:
+        if self._membership is not None and self._membership.fenced is not None:
+            raise self._membership.fenced  # a first join refused for good: no second try
         for name in self._topic_names:
             self._topics_cache.get(name)  # TopicNotFound before joining
         self._membership = Membership(

@@ -191,9 +191,9 @@ class AsyncProducer:
             self._pending += 1
             pending = self._pending
         if pending in self._wake_at:
-            # Wake the writer (BatchPolicy.wake_points). Waking needs
-            # ``_cond``, under which the writer checks the lists before it waits, so this
-            # notification cannot fall between its check and its wait.
+            # Wake the writer (BatchPolicy.wake_points). Waking needs ``_cond``, under which
+            # the writer checks the lists before it waits, so this notification cannot fall
+            # between its check and its wait.
             async with self._cond:
                 if not self._workers:
                     self._workers = [
