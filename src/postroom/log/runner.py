@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
-from .._checks import error_text
 from .._reconnect import reconnect_delay
 from ..errors import (
     DatabaseUnavailable,
@@ -34,21 +33,17 @@ from ..errors import (
     TopicExists,
 )
 from .consumer import Batch, Consumer
-from .deadletters import replay_for_another_group
+from .deadletter_headers import replay_for_another_group
 from .records import Message, TopicPartition
-from .subscription import Subscription
+from .subscription import StoppedInBackoff, Subscription, describe_failure
+
+if TYPE_CHECKING:
+    from .engine import Log
 
 log = logging.getLogger("postroom.runner")
 
 POLL_WAIT = 0.5
 """Seconds a member waits for messages before it checks for a stop request."""
-MAX_ERROR_CHARS = 2000
-
-
-class _StoppedInBackoff(Exception):
-    """``stop()`` came while a failed message waited for its next attempt: the message is
-    neither retried at once nor dead-lettered (its failure may be transient); it stays
-    uncommitted for the partition's next owner."""
 
 
 class Runner:
@@ -58,8 +53,8 @@ class Runner:
     await runner.run()  # until SIGTERM/SIGINT, or runner.stop()
     """
 
-    def __init__(self, client: Any, subscriptions: Iterable[Subscription]) -> None:
-        self._client = client
+    def __init__(self, engine: Log, subscriptions: Iterable[Subscription]) -> None:
+        self._log = engine
         self.subscriptions = list(subscriptions)
         self._stop = Event()
         self._errors: list[BaseException] = []
@@ -95,7 +90,7 @@ class Runner:
         for sub in self.subscriptions:
             for topic in sub.topics:
                 try:
-                    self._client.create_topic(sub.dead_letter_for(topic))
+                    self._log.create_topic(sub.dead_letter_for(topic))
                 except TopicExists:
                     pass
                 except SchemaNotReady:
@@ -112,7 +107,7 @@ class Runner:
             while not self._stop.is_set():
                 try:
                     if consumer is None:
-                        consumer = self._client.consumer(
+                        consumer = self._log.consumer(
                             sub.group,
                             list(sub.topics),
                             session_timeout=sub.session_timeout,
@@ -128,7 +123,7 @@ class Runner:
                     log.error("%s: %s; this member ends", sub.name, exc)
                     self._errors.append(exc)
                     return
-                except _StoppedInBackoff:
+                except StoppedInBackoff:
                     log.info("%s: stopped during a retry backoff; the message is left", sub.name)
                     break
                 except Fenced as exc:
@@ -175,7 +170,7 @@ class Runner:
                     for message in batch:
                         self._deliver(sub, message, None)
                         handled[tp] = message.offset + 1
-        except _StoppedInBackoff:
+        except StoppedInBackoff:
             if handled:  # what was handled before the stop, not the message that waited
                 consumer.commit(handled)
                 self.processed += sum(
@@ -250,13 +245,13 @@ class Runner:
                     what,
                     attempt,
                     sub.max_attempts,
-                    _describe(exc),
+                    describe_failure(exc),
                 )
                 if attempt == sub.max_attempts:
                     return attempt, exc
                 self._stop.wait_timeout(sub.retry_wait(attempt))
                 if self._stop.is_set():
-                    raise _StoppedInBackoff from None
+                    raise StoppedInBackoff from None
         return None  # not reached: max_attempts >= 1
 
     def _dead_letter(
@@ -268,10 +263,10 @@ class Runner:
     ) -> None:
         attempts, error = failure
         target = sub.dead_letter_for(message.topic)
-        written = self._client.dead_letter(
+        written = self._log.dead_letter(
             message,
             group=sub.group,
-            error=_describe(error),
+            error=describe_failure(error),
             attempts=attempts,
             topic=target,
             conn=conn,
@@ -290,10 +285,5 @@ class Runner:
             message.id,
             target,
             attempts,
-            _describe(error),
+            describe_failure(error),
         )
-
-
-def _describe(exc: BaseException) -> str:
-    text = error_text(exc).replace("\x00", "\\x00")
-    return text.encode("utf-8", "replace").decode("utf-8")[:MAX_ERROR_CHARS]
