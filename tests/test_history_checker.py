@@ -111,8 +111,11 @@ def inconsistent(h: History) -> History:
 
 def gap(h: History) -> History:
     log = [A, B, TX, [1, 2, "y"]]
-    return final(queue(consume(writes(h).send("y", 1, 2, 9, key="k9"))), log=log,
-                 effects=[A, B, TX, [1, 2, "y"]])
+    return final(
+        queue(consume(writes(h).send("y", 1, 2, 9, key="k9"))),
+        log=log,
+        effects=[A, B, TX, [1, 2, "y"]],
+    )
 
 
 def duplicate(h: History) -> History:

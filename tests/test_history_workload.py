@@ -24,8 +24,15 @@ def test_a_two_minute_run_under_faults_finds_no_anomaly(tmp_path: Path) -> None:
     kinds = {fault.kind for fault in result.faults}
     assert {"kill", "pause", "terminate", "restart-fast", "restart-immediate"} <= kinds
     history = result.history.read_text()
-    for needle in ('"f":"kill"', '"f":"pause"', '"f":"restart"', '"type":"ok","f":"txbatch"',
-                   '"type":"ok","f":"run"', '"type":"fail","f":"send-tx"', '"f":"assign"'):
+    for needle in (
+        '"f":"kill"',
+        '"f":"pause"',
+        '"f":"restart"',
+        '"type":"ok","f":"txbatch"',
+        '"type":"ok","f":"run"',
+        '"type":"fail","f":"send-tx"',
+        '"f":"assign"',
+    ):
         assert needle in history, needle  # the run exercised what it checks
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.history.checker import check  # noqa: E402
-from tests.history.recorder import read_history  # noqa: E402
-from tests.history.workload import run  # noqa: E402
+from tests.history.checker import check
+from tests.history.recorder import read_history
+from tests.history.workload import run
 
 
 def main() -> int:
@@ -29,9 +29,17 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--url", default=None, help="your server: runs in a database of its own, without restarts"
+    )
     parser.add_argument("--check-only", type=Path, default=None, metavar="HISTORY")
-    parser.add_argument("--fault", action="append", default=[], metavar="ROLE=BUG",
-                        help="inject a bug into a role's processes (tests/history/clients.py)")
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="ROLE=BUG",
+        help="inject a bug into a role's processes (tests/history/clients.py)",
+    )
     args = parser.parse_args()
     if args.check_only is not None:
         report = check(read_history(args.check_only))
@@ -41,8 +49,14 @@ def main() -> int:
     print(f"seed {seed}", flush=True)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"postroom-history-{seed}-"))
     faults = dict(item.split("=", 1) for item in args.fault)
-    result = run(args.minutes * 60, seed, workdir, faults=faults,
-                 log=lambda line: print(line, flush=True))
+    result = run(
+        args.minutes * 60,
+        seed,
+        workdir,
+        faults=faults,
+        log=lambda line: print(line, flush=True),
+        server_url=args.url,
+    )
     kinds: dict[str, int] = {}
     for fault in result.faults:
         kinds[fault.kind] = kinds.get(fault.kind, 0) + 1

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from tests.history.checker import Report, cut
 from tests.history.recorder import Op
@@ -13,6 +14,8 @@ READS = ("poll", "txbatch", "final-read", "final-effects")
 
 
 class LogChecker:
+    handlers: ClassVar[dict[tuple[str, str], Callable[[LogChecker, Op], None]]]
+
     def __init__(self, report: Report) -> None:
         self.report = report
         self.writes: dict[str, Op] = {}  # value -> the op that settled its write
@@ -43,35 +46,36 @@ class LogChecker:
             self.settle_write(op)
         elif f in ("poll", "commit") and type_ == "invoke":
             self.pending[op["process"], f] = dict(self.acked)
-        elif f == "poll" and type_ == "ok":
-            self.poll_ok(op)
-        elif f == "txbatch" and type_ == "ok":
-            self.read(op, op["value"]["messages"])
-            self.advance(op, op["value"]["messages"])
-        elif f == "txbatch" and type_ == "info":
-            self.unknown_batch(op)
-        elif f == "commit" and type_ == "ok":
-            self.commit_ok(op)
-        elif f == "assign":
-            for p in op["value"]["partitions"]:
-                self.owned[op["process"], op["value"]["group"], p] = (-1, None)
-        elif f == "revoke":
-            for p in op["value"]["partitions"]:
-                self.owned.pop((op["process"], op["value"]["group"], p), None)
-        elif f == "final-read":
-            self.final_seen = True
-            self.read(op, op["value"]["messages"])
-            for p, o, v in op["value"]["messages"]:
-                self.final[v] = (p, o)
-                self.final_partitions[p].append(o)
-        elif f == "final-committed":
-            self.final_committed(op)
-        elif f == "final-effects":
-            self.read(op, op["value"]["effects"])
-            counts = self.effects.setdefault(op["value"]["group"], Counter())
-            for _p, _o, v in op["value"]["effects"]:
-                counts[v] += 1
-            self.effect_ops[op["value"]["group"]] = op
+        else:
+            handler = self.handlers.get((f, type_))
+            if handler is not None:
+                handler(self, op)
+
+    def txbatch_ok(self, op: Op) -> None:
+        self.read(op, op["value"]["messages"])
+        self.advance(op, op["value"]["messages"])
+
+    def assign(self, op: Op) -> None:
+        for p in op["value"]["partitions"]:
+            self.owned[op["process"], op["value"]["group"], p] = (-1, None)
+
+    def revoke(self, op: Op) -> None:
+        for p in op["value"]["partitions"]:
+            self.owned.pop((op["process"], op["value"]["group"], p), None)
+
+    def final_read(self, op: Op) -> None:
+        self.final_seen = True
+        self.read(op, op["value"]["messages"])
+        for p, o, v in op["value"]["messages"]:
+            self.final[v] = (p, o)
+            self.final_partitions[p].append(o)
+
+    def final_effects(self, op: Op) -> None:
+        self.read(op, op["value"]["effects"])
+        counts = self.effects.setdefault(op["value"]["group"], Counter())
+        for _p, _o, v in op["value"]["effects"]:
+            counts[v] += 1
+        self.effect_ops[op["value"]["group"]] = op
 
     def settle_write(self, op: Op) -> None:
         value = op["value"]
@@ -204,6 +208,11 @@ class LogChecker:
     # -- after the last operation --------------------------------------------------------
 
     def finish(self) -> None:
+        self.finish_writes()
+        if self.final_seen:
+            self.finish_groups()
+
+    def finish_writes(self) -> None:
         for value, op in self.writes.items():
             seen = self.observed.get(value)
             if op["type"] == "fail" and seen is not None:
@@ -219,14 +228,12 @@ class LogChecker:
                     "offset-gap",
                     f"partition {p}: the final read has offset {offsets[gap]} at place {gap}",
                 )
-        if not self.final_seen:
-            return
-        for group, seen in self.delivered.items():
-            missing = [(v, pos) for v, pos in self.final.items() if pos not in seen]
+
+    def finish_groups(self) -> None:
+        for group, delivered in self.delivered.items():
+            missing = [(v, pos) for v, pos in self.final.items() if pos not in delivered]
             for value, (p, o) in missing[:20]:
-                self.report.add(
-                    "unseen", f"{group} never got partition {p} offset {o} ({value!r})"
-                )
+                self.report.add("unseen", f"{group} never got partition {p} offset {o} ({value!r})")
         for group, counts in self.effects.items():
             for value in self.final:
                 times = counts.get(value, 0)
@@ -239,3 +246,15 @@ class LogChecker:
                         cut(self.effect_ops[group], effects=f"{times} rows of {value!r}"),
                     )
 
+
+LogChecker.handlers = {
+    ("poll", "ok"): LogChecker.poll_ok,
+    ("txbatch", "ok"): LogChecker.txbatch_ok,
+    ("txbatch", "info"): LogChecker.unknown_batch,
+    ("commit", "ok"): LogChecker.commit_ok,
+    ("assign", "ok"): LogChecker.assign,
+    ("revoke", "ok"): LogChecker.revoke,
+    ("final-read", "ok"): LogChecker.final_read,
+    ("final-committed", "ok"): LogChecker.final_committed,
+    ("final-effects", "ok"): LogChecker.final_effects,
+}

@@ -44,15 +44,19 @@ class QueueChecker:
         elif f == "run" and type_ == "invoke":
             self.start(op)
         elif f == "run":
-            runs = self.running.get(value["id"], [])
-            for i, run in enumerate(runs):
-                if run["process"] == op["process"] and run["value"]["attempt"] == value["attempt"]:
-                    del runs[i]
-                    break
-            if type_ == "ok":
-                self.completed.setdefault(value["id"], op)
+            self.end(op)
         elif f == "final-jobs":
             self.final = op
+
+    def end(self, op: Op) -> None:
+        value = op["value"]
+        runs = self.running.get(value["id"], [])
+        for i, run in enumerate(runs):
+            if run["process"] == op["process"] and run["value"]["attempt"] == value["attempt"]:
+                del runs[i]
+                break
+        if op["type"] == "ok":
+            self.completed.setdefault(value["id"], op)
 
     def excused(self, process: str, since: int) -> bool:
         return self.faulted.get(process, 0) >= since or self.restarted >= since
@@ -68,8 +72,12 @@ class QueueChecker:
             )
         enqueue = self.enqueued.get(n)
         if (enqueue is not None and enqueue["type"] == "fail") or self.ids.get(job, n) != n:
-            self.report.add("unexpected", f"job {job} (n={n}) was never enqueued", op, *(
-                [enqueue] if enqueue else []))
+            self.report.add(
+                "unexpected",
+                f"job {job} (n={n}) was never enqueued",
+                op,
+                *([enqueue] if enqueue else []),
+            )
         runs = self.running.setdefault(job, [])
         for run in runs:
             if not self.excused(run["process"], run["time"]):
@@ -98,16 +106,17 @@ class QueueChecker:
     def finish(self) -> None:
         if self.final is None:
             return
-        final = {job: (n, state, attempts, limit) for job, n, state, attempts, limit in (
-            self.final["value"]["jobs"])}
+        final = {
+            job: (n, state, attempts, limit)
+            for job, n, state, attempts, limit in (self.final["value"]["jobs"])
+        }
         for n, op in self.enqueued.items():
             if op["type"] != "ok":
                 continue
             job = op["value"]["id"]
             row = final.get(job)
             if row is None or row[1] not in ("done", "failed"):
-                self.report.add(
-                    "lost", f"job {job} (n={n}) ends {row[1] if row else 'absent'}", op)
+                self.report.add("lost", f"job {job} (n={n}) ends {row[1] if row else 'absent'}", op)
             elif row[1] == "failed" and row[2] < row[3]:
                 self.report.add("lost", f"job {job} failed after {row[2]} of {row[3]}", op)
             elif row[1] == "done" and job not in self.completed:
@@ -116,7 +125,7 @@ class QueueChecker:
                 self.report.counts["exhausted"] += 1
         rolled = {n for n, op in self.enqueued.items() if op["type"] == "fail"}
         for job, (n, _state, attempts, limit) in final.items():
-            if n in rolled or job not in self.ids and n not in self.enqueued:
+            if n in rolled or (job not in self.ids and n not in self.enqueued):
                 self.report.add("unexpected", f"job {job} (n={n}) is in the table", self.final)
             if attempts > limit:
                 self.report.add(

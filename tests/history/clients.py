@@ -45,6 +45,7 @@ EFFECTS_DDL = (
 )
 
 Errors = (PostroomError, psycopg.Error)
+Callback = Callable[[set[Any]], None]
 
 
 def outcome(exc: BaseException) -> str:
@@ -111,14 +112,14 @@ def send_in_transaction(
     rec.complete(op, "ok", {**op["value"], "partition": published.partition})
 
 
-def ownership(rec: Recorder, group: str) -> dict[str, Callable[[set[Any]], None]]:
+def ownership(rec: Recorder, group: str) -> tuple[Callback, Callback]:
     def assign(tps: set[Any]) -> None:
         rec.write("ok", "assign", {"group": group, "partitions": sorted(t.partition for t in tps)})
 
     def revoke(tps: set[Any]) -> None:
         rec.write("ok", "revoke", {"group": group, "partitions": sorted(t.partition for t in tps)})
 
-    return {"on_assign": assign, "on_revoke": revoke}
+    return assign, revoke
 
 
 def positions(messages: list[postroom.Message]) -> list[list[int]]:
@@ -133,7 +134,11 @@ def member(url: str, rec: Recorder, stop: threading.Event, fault: str | None) ->
     with (
         postroom.connect(url) as client,
         client.consumer(
-            POLL_GROUP, TOPIC, session_timeout=SESSION, **ownership(rec, POLL_GROUP)
+            POLL_GROUP,
+            TOPIC,
+            session_timeout=SESSION,
+            on_assign=ownership(rec, POLL_GROUP)[0],
+            on_revoke=ownership(rec, POLL_GROUP)[1],
         ) as consumer,
     ):
         rec.write("info", "ready", None)
@@ -153,7 +158,8 @@ def member(url: str, rec: Recorder, stop: threading.Event, fault: str | None) ->
                 commit(consumer, rec, messages)
                 if rng.random() < 0.2:
                     os._exit(137)  # dies after the commit, before handling: the batch is lost
-            time.sleep(0.001 * len(messages))  # handling
+            if messages:  # handling: long enough that kills and pauses land in it
+                time.sleep(rng.uniform(0.05, 0.25))
             rec.complete(
                 op,
                 "ok",
@@ -193,10 +199,16 @@ def skipping(poll: Callable[..., list[postroom.Message]], rng: random.Random) ->
 
 
 def txmember(url: str, rec: Recorder, stop: threading.Event) -> None:
+    rng = random.Random(os.getpid())
     with (
         postroom.connect(url) as client,
-        client.consumer(TX_GROUP, TOPIC, session_timeout=SESSION, **ownership(rec, TX_GROUP))
-        as consumer,
+        client.consumer(
+            TX_GROUP,
+            TOPIC,
+            session_timeout=SESSION,
+            on_assign=ownership(rec, TX_GROUP)[0],
+            on_revoke=ownership(rec, TX_GROUP)[1],
+        ) as consumer,
     ):
         rec.write("info", "ready", None)
         while not stop.is_set():
@@ -213,6 +225,7 @@ def txmember(url: str, rec: Recorder, stop: threading.Event) -> None:
                                 " VALUES (%s, %s, %s, %s)",
                                 [(TX_GROUP, *m) for m in messages],
                             )
+                        time.sleep(rng.uniform(0.05, 0.25))  # a kill lands inside, at times
                     handled = True
             except InstanceFenced:
                 raise
@@ -220,7 +233,9 @@ def txmember(url: str, rec: Recorder, stop: threading.Event) -> None:
                 if op is not None:
                     # Refused, or failed before COMMIT: rolled back; a lost COMMIT: unknown.
                     known = isinstance(exc, Fenced) or not handled
-                    rec.complete(op, "fail" if known else "info", {**op["value"], "error": repr(exc)})
+                    rec.complete(
+                        op, "fail" if known else "info", {**op["value"], "error": repr(exc)}
+                    )
                 stop.wait(0.2)
                 continue
             if op is not None:
@@ -268,8 +283,9 @@ def enqueue(url: str, rec: Recorder, stop: threading.Event, rng: random.Random) 
             try:
                 if in_transaction:
                     with psycopg.connect(url) as conn:
-                        job = client.enqueue(KIND, {"n": n}, conn=conn, queue=QUEUE,
-                                             max_attempts=MAX_ATTEMPTS)
+                        job = client.enqueue(
+                            KIND, {"n": n}, conn=conn, queue=QUEUE, max_attempts=MAX_ATTEMPTS
+                        )
                         if roll_back:
                             conn.rollback()
                             rec.complete(op, "fail")
@@ -278,8 +294,11 @@ def enqueue(url: str, rec: Recorder, stop: threading.Event, rng: random.Random) 
                 else:
                     job = client.enqueue(KIND, {"n": n}, queue=QUEUE, max_attempts=MAX_ATTEMPTS)
             except Errors as exc:
-                rec.complete(op, outcome(exc) if not roll_back else "fail",
-                             {**op["value"], "error": repr(exc)})
+                rec.complete(
+                    op,
+                    outcome(exc) if not roll_back else "fail",
+                    {**op["value"], "error": repr(exc)},
+                )
                 stop.wait(0.2)
                 continue
             rec.complete(op, "ok", {"n": n, "id": job.id})

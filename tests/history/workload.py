@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import postroom
 from postroom.errors import PostroomError
@@ -47,12 +49,14 @@ class Fault:
     seconds: float = 0.0  # a pause's length
 
 
-def schedule(seed: int, window: float) -> list[Fault]:
-    """The nemesis's faults for ``seed``: one every 2-6 s over ``window`` seconds."""
+def schedule(seed: int, window: float, restarts: bool = True) -> list[Fault]:
+    """The nemesis's faults for ``seed``: one every 2-6 s over ``window`` seconds (without
+    server restarts on a server that is not the workload's own)."""
     rng = random.Random(seed)
     faults, at = [], rng.uniform(2, 4)
+    kinds = FAULTS if restarts else tuple(k for k in FAULTS if not k.startswith("restart"))
     while at < window:
-        kind = rng.choice(FAULTS)
+        kind = rng.choice(kinds)
         if kind in ("kill", "pause"):
             role = rng.choice(TARGETS)
             slot = f"{role}-{rng.randrange(SLOTS[role])}"
@@ -88,7 +92,9 @@ class Result:
 
 
 class Workload:
-    def __init__(self, url: str, pgdata: Path, workdir: Path, seed: int, faults: dict[str, str]):
+    def __init__(
+        self, url: str, pgdata: Path | None, workdir: Path, seed: int, faults: dict[str, str]
+    ):
         self.url, self.pgdata, self.workdir, self.seed = url, pgdata, workdir, seed
         self.faults = faults  # role -> injected bug (tests/history/clients.py --fault)
         self.nemesis = Recorder(workdir / "nemesis.jsonl", "nemesis")
@@ -101,15 +107,25 @@ class Workload:
 
     def spawn(self, process: Process) -> None:
         command = [
-            sys.executable, "-m", "tests.history.clients", process.role, self.url,
-            str(self.workdir / f"{process.name}.jsonl"), process.name, "--seed", str(self.seed),
+            sys.executable,
+            "-m",
+            "tests.history.clients",
+            process.role,
+            self.url,
+            str(self.workdir / f"{process.name}.jsonl"),
+            process.name,
+            "--seed",
+            str(self.seed),
         ]
         if process.role in self.faults:
             command += ["--fault", self.faults[process.role]]
-        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
-               "POSTROOM_RETENTION_INTERVAL": "off"}
-        log = (self.workdir / f"{process.name}.log").open("wb")
-        process.popen = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
+            "POSTROOM_RETENTION_INTERVAL": "off",
+        }
+        with (self.workdir / f"{process.name}.log").open("wb") as log:  # the child keeps its copy
+            process.popen = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
 
     def wait_ready(self, timeout: float = 90) -> None:
         """Until every process has connected (a fault during start-up would only end it)."""
@@ -175,18 +191,43 @@ class Workload:
             self.terminate_backends()
         else:
             mode = fault.kind.split("-", 1)[1]
+            assert self.pgdata is not None
             self.nemesis.write("info", "restart", {"target": "server", "mode": mode})
-            pg_ctl(self.pgdata, "stop", "-m", mode)
-            pg_ctl(self.pgdata, "start", "-l", str(self.pgdata / "log"), "-o",
-                   f'-h "" -k {self.pgdata}')
-            self.nemesis.write("info", "restarted", {"target": "server", "mode": mode})
+            error = None
+            try:
+                pg_ctl(self.pgdata, "stop", "-m", mode)
+            except subprocess.CalledProcessError as exc:
+                error = f"stop: {exc.stdout!r} {exc.stderr!r}"
+            for _ in range(3):  # the server must come back, whatever the stop did
+                try:
+                    pg_ctl(
+                        self.pgdata,
+                        "start",
+                        "-l",
+                        str(self.pgdata / "log"),
+                        "-o",
+                        f'-h "" -k {self.pgdata}',
+                    )
+                    break
+                except subprocess.CalledProcessError as exc:
+                    error = f"{error or ''} start: {exc.stdout!r} {exc.stderr!r}"
+                    time.sleep(1)
+            if error:
+                self.notes.append(f"restart {mode}: {error}")
+            self.nemesis.write(
+                "info", "restarted", {"target": "server", "mode": mode, "error": error}
+            )
 
     def terminate_backends(self) -> None:
         rng = random.Random(f"{self.seed}-{time.monotonic_ns()}")
         with psycopg.connect(self.url, autocommit=True) as conn:
-            pids = [row[0] for row in conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
-                " AND pid <> pg_backend_pid() ORDER BY pid")]
+            pids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                    " AND pid <> pg_backend_pid() ORDER BY pid"
+                )
+            ]
             chosen = [pid for pid in pids if rng.random() < 0.4]
             self.nemesis.write("info", "terminate", {"target": "server", "backends": len(chosen)})
             for pid in chosen:
@@ -225,7 +266,9 @@ class Workload:
         while time.monotonic() < deadline:
             self.supervise()
             try:
-                lags = [client.describe_group(g).lag for g in (clients.POLL_GROUP, clients.TX_GROUP)]
+                lags = [
+                    client.describe_group(g).lag for g in (clients.POLL_GROUP, clients.TX_GROUP)
+                ]
                 with psycopg.connect(self.url) as conn:
                     row = conn.execute(
                         "SELECT count(*) FROM postroom.jobs WHERE state IN ('ready', 'running')"
@@ -240,9 +283,11 @@ class Workload:
 
     def final_reads(self, client: postroom.Client) -> None:
         rec = Recorder(self.workdir / "final.jsonl", "final")
-        messages = []
-        high = {info.partition: info.high_water for info in client.describe_topic(
-            clients.TOPIC).partition_info}
+        messages: list[list[object]] = []
+        high = {
+            info.partition: info.high_water
+            for info in client.describe_topic(clients.TOPIC).partition_info
+        }
         with client.consumer(None, clients.TOPIC) as reader:
             while len(messages) < sum(high.values()):
                 batch = reader.poll(timeout=1.0, max_messages=5000)
@@ -256,12 +301,21 @@ class Workload:
             offsets = sorted([p.partition, p.committed] for p in info.partitions)
             rec.write("ok", "final-committed", {"group": group, "offsets": offsets})
         with psycopg.connect(self.url) as conn:
-            effects = [list(r) for r in conn.execute(
-                "SELECT part, off, value FROM effects WHERE grp = %s ORDER BY part, off",
-                (clients.TX_GROUP,))]
-            jobs = [list(r) for r in conn.execute(
-                "SELECT id, (args->>'n')::bigint, state, attempts, max_attempts"
-                " FROM postroom.all_jobs WHERE queue = %s ORDER BY id", (clients.QUEUE,))]
+            effects = [
+                list(r)
+                for r in conn.execute(
+                    "SELECT part, off, value FROM effects WHERE grp = %s ORDER BY part, off",
+                    (clients.TX_GROUP,),
+                )
+            ]
+            jobs = [
+                list(r)
+                for r in conn.execute(
+                    "SELECT id, (args->>'n')::bigint, state, attempts, max_attempts"
+                    " FROM postroom.all_jobs WHERE queue = %s ORDER BY id",
+                    (clients.QUEUE,),
+                )
+            ]
         rec.write("ok", "final-effects", {"group": clients.TX_GROUP, "effects": effects})
         rec.write("ok", "final-jobs", {"jobs": jobs})
         rec.close()
@@ -276,7 +330,23 @@ def start_server(workdir: Path) -> tuple[str, Path, object]:
     return str(server.get_uri("postgres")), pgdata, server
 
 
-def stop_server(pgdata: Path, server: object) -> None:
+def own_database(server_url: str, seed: int) -> str:
+    """A fresh database for the run on someone else's server; its conninfo."""
+    name = sql.Identifier(f"postroom_history_{seed}")
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    return make_conninfo(server_url, dbname=f"postroom_history_{seed}")
+
+
+def stop_server(pgdata: Path | None, server: object) -> None:
+    if isinstance(server, tuple):  # someone else's server: drop the run's database
+        server_url, seed = server
+        name = sql.Identifier(f"postroom_history_{seed}")
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        return
+    assert pgdata is not None
     # The nemesis restarted the server with pg_ctl: stop it by its data directory first.
     with contextlib.suppress(subprocess.SubprocessError, OSError):
         pg_ctl(pgdata, "stop", "-m", "fast")
@@ -291,13 +361,20 @@ def run(
     faults: dict[str, str] | None = None,
     nemesis: bool = True,
     log: Callable[[str], None] = print,
+    server_url: str | None = None,
 ) -> Result:
     """One run of ``seconds`` in all: a fault window of about 60%, then heal and drain (up to
-    the rest, at least 30 s). ``faults`` injects bugs into roles' processes (clients.py)."""
+    the rest, at least 30 s). ``faults`` injects bugs into roles' processes (clients.py).
+    ``server_url``: run against that server instead, in a database of its own
+    (``postroom_history_SEED``, dropped at the end), with every fault but server restarts."""
     workdir.mkdir(parents=True, exist_ok=True)
-    url, pgdata, server = start_server(workdir)
+    pgdata: Path | None
+    if server_url is None:
+        url, pgdata, server = start_server(workdir)
+    else:
+        url, pgdata, server = own_database(server_url, seed), None, (server_url, seed)
     window = seconds * 0.6
-    plan = schedule(seed, window) if nemesis else []
+    plan = schedule(seed, window, restarts=pgdata is not None) if nemesis else []
     try:
         with postroom.connect(url) as client:
             client.migrate()
