@@ -102,6 +102,7 @@ def test_a_redelivery_after_a_failed_commit_is_allowed_and_counted() -> None:
     h.poll("member-0.0", [[2, 0, "c"]]).commit("member-0.0", [[2, 1]])
     report = check(final(h, log=[A, B, TX, [2, 0, "c"]], effects=[A, B, TX, [2, 0, "c"]]).ops)
     assert report.valid, report.render()
+    assert report.counts["redelivery-bound"] == 20  # one batch per refused commit
     assert report.counts["redelivered:pollgroup"] == 1
 
 
@@ -254,3 +255,24 @@ def test_a_batch_of_unknown_outcome_may_have_committed_or_not() -> None:
         h.op("txmember-0.0", "ok", "txbatch", {"group": TG, "messages": again})
         report = check(h.ops)
         assert not report.names() & {"poll-skip", "nonmonotonic-poll"}, report.render()
+
+
+def test_redeliveries_above_the_bound_are_flagged() -> None:
+    """Each refused commit (or killed member) allows one batch again, no more: two messages
+    redelivered after one refused commit are beyond a bound of one message per batch."""
+
+    def history() -> History:
+        h = queue(consume(writes(History())))
+        h.op("member-1.0", "ok", "assign", {"group": G, "partitions": [2]})
+        h.send("c", 2, 0, 3, key="k2").send("d", 2, 1, 4, key="k2")
+        h.poll("member-1.0", [[2, 0, "c"]]).poll("member-1.0", [[2, 1, "d"]])
+        h.commit("member-1.0", [[2, 2]], type_="fail")
+        h.op("member-1.0", "ok", "revoke", {"group": G, "partitions": [2]})
+        h.op("member-0.0", "ok", "assign", {"group": G, "partitions": [2]})
+        h.poll("member-0.0", [[2, 0, "c"], [2, 1, "d"]]).commit("member-0.0", [[2, 2]])
+        log = [A, B, TX, [2, 0, "c"], [2, 1, "d"]]
+        return final(h, log=log, effects=log)
+
+    report = check(history().ops, batch=1)
+    assert "duplicate-delivery" in report.names(), report.render()
+    assert check(history().ops, batch=2).valid

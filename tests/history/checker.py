@@ -89,14 +89,15 @@ def cut(op: Op, **value: Any) -> Op:
     return {**op, "value": {**(op["value"] or {}), **value}}
 
 
-def check(history: list[Op], lease: float = 3.0) -> Report:
+def check(history: list[Op], lease: float = 3.0, batch: int = 20) -> Report:
     """Every anomaly of docs/guarantees.md in ``history`` (time-ordered, as ``merge`` gives);
-    ``lease``: the workers' lease in seconds (tests/history/clients.py's ``LEASE``)."""
+    ``lease``: the workers' lease in seconds, ``batch`` the members' ``max_messages``
+    (tests/history/clients.py's ``LEASE`` and ``BATCH``)."""
     from tests.history.checker_log import LogChecker
     from tests.history.checker_queue import QueueChecker
 
     report = Report()
-    log, queue = LogChecker(report), QueueChecker(report, lease)
+    log, queue = LogChecker(report, batch), QueueChecker(report, lease)
     for op in history:
         log.step(op)
         queue.step(op)

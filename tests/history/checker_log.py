@@ -16,8 +16,9 @@ READS = ("poll", "txbatch", "final-read", "final-effects")
 class LogChecker:
     handlers: ClassVar[dict[tuple[str, str], Callable[[LogChecker, Op], None]]]
 
-    def __init__(self, report: Report) -> None:
+    def __init__(self, report: Report, batch: int) -> None:
         self.report = report
+        self.batch = batch
         self.writes: dict[str, Op] = {}  # value -> the op that settled its write
         self.at: dict[Position, tuple[str, Op]] = {}  # the first value seen at each offset
         self.where: dict[str, tuple[Position, Op]] = {}  # the first offset seen for a value
@@ -44,12 +45,23 @@ class LogChecker:
         f, type_ = op["f"], op["type"]
         if f in ("send", "send-tx") and type_ != "invoke":
             self.settle_write(op)
+        elif f == "kill":
+            self.member_faults(op)
         elif f in ("poll", "commit") and type_ == "invoke":
             self.pending[op["process"], f] = dict(self.acked)
         else:
             handler = self.handlers.get((f, type_))
             if handler is not None:
                 handler(self, op)
+
+    def member_faults(self, op: Op) -> None:
+        """The redelivery bound: a member killed, or whose commit was refused or lost, hands
+        over at most the one batch it had polled and not committed (``batch`` messages)."""
+        if op["f"] == "kill" and any(p == op["value"]["target"] for p, _g, _t in self.owned):
+            self.report.counts["redelivery-bound"] += self.batch
+
+    def commit_failed(self, op: Op) -> None:
+        self.report.counts["redelivery-bound"] += self.batch
 
     def txbatch_ok(self, op: Op) -> None:
         self.read(op, op["value"]["messages"])
@@ -230,6 +242,12 @@ class LogChecker:
                 )
 
     def finish_groups(self) -> None:
+        redelivered = sum(v for k, v in self.report.counts.items() if k.startswith("redelivered:"))
+        bound = self.report.counts["redelivery-bound"]
+        if redelivered - bound > 0:
+            self.report.add(
+                "duplicate-delivery", f"{redelivered} redeliveries, above the bound of {bound}"
+            )
         for group, delivered in self.delivered.items():
             missing = [(v, pos) for v, pos in self.final.items() if pos not in delivered]
             for value, (p, o) in missing[:20]:
@@ -252,6 +270,8 @@ LogChecker.handlers = {
     ("txbatch", "ok"): LogChecker.txbatch_ok,
     ("txbatch", "info"): LogChecker.unknown_batch,
     ("commit", "ok"): LogChecker.commit_ok,
+    ("commit", "fail"): LogChecker.commit_failed,
+    ("commit", "info"): LogChecker.commit_failed,
     ("assign", "ok"): LogChecker.assign,
     ("revoke", "ok"): LogChecker.revoke,
     ("final-read", "ok"): LogChecker.final_read,
