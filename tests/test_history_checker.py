@@ -276,3 +276,16 @@ def test_redeliveries_above_the_bound_are_flagged() -> None:
     report = check(history().ops, batch=1)
     assert "duplicate-delivery" in report.names(), report.render()
     assert check(history().ops, batch=2).valid
+
+
+@pytest.mark.parametrize(("pause", "excused"), [(1.0, False), (4.5, True)])
+def test_only_a_pause_of_half_a_lease_or_more_excuses_a_second_run(
+    pause: float, excused: bool
+) -> None:
+    h = consume(writes(History())).op("enqueuer-0.0", "ok", "enqueue", {"n": 1, "id": 1})
+    h.run("worker-0.0", 1, 1, 1, end=None)
+    h.op("nemesis", "info", "pause", {"target": "worker-0.0", "s": pause})
+    h.run("worker-1.0", 1, 1, 2)
+    h.op("worker-0.0", "ok", "run", {"n": 1, "id": 1, "attempt": 1})
+    report = check(final(h, jobs=[[1, 1, "done", 2, 4]]).ops, lease=3.0)
+    assert ("lease-overlap" not in report.names()) == excused, report.render()

@@ -3,7 +3,7 @@
 A job's run is the operation ``run``: its invoke is the start (value ``n``, ``id``,
 ``attempt``, ``max_attempts``, ``worker``), ok its completion, fail its failure. What excuses
 a second run (docs/queue.md: at least once after a crash, a pause past the lease or a server
-crash) is a nemesis operation on the first run's process (``kill``, ``pause``) or a server
+crash) is a nemesis operation on the first run's process (``kill``, a ``pause`` of half a lease or more) or a server
 restart after that run started: a crash (``immediate``: worker sessions commit
 asynchronously, so a claim or completion of the last milliseconds may be lost) or any restart
 that kept the server away for half a lease or more (heartbeats could not renew the leases).
@@ -34,7 +34,8 @@ class QueueChecker:
             self.enqueued[value["n"]] = op
             if type_ == "ok":
                 self.ids[value["id"]] = value["n"]
-        elif f in ("kill", "pause"):
+        elif f == "kill" or (f == "pause" and value["s"] * 1e9 >= self.lease_ns // 2):
+            # A pause shorter than half a lease cannot lose a lease renewed every lease/3.
             self.faulted[value["target"]] = op["time"]
         elif f == "restart":
             self.stopping = op["time"]

@@ -60,7 +60,7 @@ def schedule(seed: int, window: float, restarts: bool = True) -> list[Fault]:
         if kind in ("kill", "pause"):
             role = rng.choice(TARGETS)
             slot = f"{role}-{rng.randrange(SLOTS[role])}"
-            pause = rng.uniform(1.5, 2.5) * (clients.SESSION if role != "worker" else clients.LEASE)
+            pause = rng.uniform(0.8, 2.5) * (clients.SESSION if role != "worker" else clients.LEASE)
             faults.append(Fault(round(at, 3), kind, slot, round(pause, 3)))
         else:
             faults.append(Fault(round(at, 3), kind, "server"))
