@@ -35,7 +35,8 @@ from tests.history.recorder import Recorder, merge, write_history
 from tests.log.test_faults import pg_ctl
 
 ROOT = Path(__file__).resolve().parents[2]
-# Process slots: role, how many. The nemesis kills and pauses members and workers.
+# Process slots: role, how many. The nemesis pauses members and workers, and kills them, the
+# producer and the enqueuer.
 SLOTS = {"producer": 1, "member": 2, "txmember": 2, "worker": 2, "enqueuer": 1}
 TARGETS = ("member", "txmember", "worker")
 FAULTS = ("kill", "kill", "pause", "pause", "terminate", "restart-fast", "restart-immediate")
@@ -58,7 +59,7 @@ def schedule(seed: int, window: float, restarts: bool = True) -> list[Fault]:
     while at < window:
         kind = rng.choice(kinds)
         if kind in ("kill", "pause"):
-            role = rng.choice(TARGETS)
+            role = rng.choice(TARGETS if kind == "pause" else (*TARGETS, "producer", "enqueuer"))
             slot = f"{role}-{rng.randrange(SLOTS[role])}"
             pause = rng.uniform(0.8, 2.5) * (clients.SESSION if role != "worker" else clients.LEASE)
             faults.append(Fault(round(at, 3), kind, slot, round(pause, 3)))
