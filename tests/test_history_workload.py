@@ -12,7 +12,7 @@ from tests.history.workload import run
 
 pytestmark = pytest.mark.slow
 
-CI_SEED = 20261202
+CI_SEED = 20261204  # its 60-s fault window holds every kind of fault, kills of every role
 
 
 @pytest.mark.timeout(400)
