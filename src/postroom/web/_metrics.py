@@ -186,7 +186,7 @@ async def _queue_families(d: Dashboard) -> list[Metric]:
 
 async def render(d: Dashboard) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(await families(d)))  # type: ignore[arg-type]
+    registry.register(_Snapshot(await families(d)))
     return generate_latest(registry)
 
 

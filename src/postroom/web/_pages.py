@@ -208,7 +208,10 @@ async def queues_page(d: Dashboard, request: Request, access: Access) -> Respons
     for queue, state, n in counts:
         table[queue][state] = n
     paused = {q: at for q, at in await d.store.rows("web_paused")}
-    for queue in paused:
+    schedules = await d.store.rows("web_schedules")
+    limits = await d.store.rows("web_limits")
+    # Queues with nothing in them still show when paused, scheduled into or limited.
+    for queue in [*paused, *(s[3] for s in schedules), *(l[1] for l in limits if l[0] == "queue")]:
         table.setdefault(queue, {})
     oldest = {q: s for q, s in await d.store.rows("web_oldest_ready")}
     return d.render(
@@ -220,8 +223,8 @@ async def queues_page(d: Dashboard, request: Request, access: Access) -> Respons
         estimated=estimated,
         paused=paused,
         oldest=oldest,
-        schedules=await d.store.rows("web_schedules"),
-        limits=await d.store.rows("web_limits"),
+        schedules=schedules,
+        limits=limits,
     )
 
 
