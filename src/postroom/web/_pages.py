@@ -211,7 +211,8 @@ async def queues_page(d: Dashboard, request: Request, access: Access) -> Respons
     schedules = await d.store.rows("web_schedules")
     limits = await d.store.rows("web_limits")
     # Queues with nothing in them still show when paused, scheduled into or limited.
-    for queue in [*paused, *(s[3] for s in schedules), *(l[1] for l in limits if l[0] == "queue")]:
+    limited = [lim[1] for lim in limits if lim[0] == "queue"]
+    for queue in [*paused, *(s[3] for s in schedules), *limited]:
         table.setdefault(queue, {})
     oldest = {q: s for q, s in await d.store.rows("web_oldest_ready")}
     return d.render(
