@@ -46,6 +46,7 @@ def seed(client: postroom.Client) -> Seeded:
     failed = client.enqueue("explode", {"n": 1})
     done = client.enqueue("fine")
     client.worker(["default", "reports"], concurrency=2).run(burst=True, handle_signals=False)
+    # the seeded client keeps "fine" registered: tests enqueue more and run a burst worker
     client.set_queue_limit("reports", max_concurrency=2)
     client.pause_queue("paused-q")
     assert client.get_job(failed.id).state == "failed"

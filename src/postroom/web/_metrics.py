@@ -161,15 +161,16 @@ async def _queue_families(d: Dashboard) -> list[Metric]:
         "Jobs that became failed since the exporter started",
         labels=["queue"],
     )
-    for queue, n in sorted(totals.failed.items()):
-        failed.add_metric([queue], n)
+    for queue in sorted({q for q, _state in totals.finished} | set(totals.failed)):
+        failed.add_metric([queue], totals.failed.get(queue, 0))
     retried = CounterMetricFamily(
         "postroom_jobs_retried",
         "Retries (attempts after the first) of the jobs finished since the exporter started",
         labels=["queue"],
     )
-    for queue, n in sorted(totals.retried.items()):
-        retried.add_metric([queue], n)
+    # Every queue seen finishing has a retried series, zero until a retried job finishes.
+    for queue in sorted({q for q, _state in totals.finished} | set(totals.retried)):
+        retried.add_metric([queue], totals.retried.get(queue, 0))
     run = HistogramMetricFamily(
         "postroom_job_run_seconds",
         "Run time of finished jobs (start of the last attempt to finish)",
