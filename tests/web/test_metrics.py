@@ -24,11 +24,14 @@ from .seed import Seeded
 BOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "postroom.json"
 
 
-def scrape(server: DashboardServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(server: DashboardServer) -> Samples:
     response = httpx.get(server.url + "/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    samples = {}
+    samples: Samples = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
             samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
@@ -52,9 +55,9 @@ def test_metrics_match_the_database(
         assert value(samples, "postroom_partition_latest_offset", **labels) == p.high_water
         assert value(samples, "postroom_partition_earliest_offset", **labels) == p.low_water
     group = client.describe_group("billing")
-    for p in group.partitions:
-        labels = {"group": "billing", "topic": p.topic, "partition": str(p.partition)}
-        assert value(samples, "postroom_consumergroup_lag", **labels) == p.lag
+    for lag in group.partitions:
+        labels = {"group": "billing", "topic": lag.topic, "partition": str(lag.partition)}
+        assert value(samples, "postroom_consumergroup_lag", **labels) == lag.lag
         assert value(samples, "postroom_consumergroup_lag_seconds", **labels) >= 0
     assert value(samples, "postroom_consumergroup_max_lag", group="billing") == max(
         p.lag for p in group.partitions
