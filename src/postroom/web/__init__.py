@@ -21,7 +21,16 @@ import postroom
 from ._app import Dashboard, build_app, make_guard
 from ._security import ACTIONS, Access, AccessHook, check_exposure, is_loopback
 
-__all__ = ["ACTIONS", "Access", "AccessHook", "app", "check_exposure", "is_loopback", "metrics_app"]
+__all__ = [
+    "ACTIONS",
+    "Access",
+    "AccessHook",
+    "app",
+    "check_exposure",
+    "close",
+    "is_loopback",
+    "metrics_app",
+]
 
 
 def app(
@@ -76,3 +85,10 @@ def metrics_app(
         sample_interval=sample_interval,
     )
     return build_app(dashboard, ui=False)
+
+
+async def close(dashboard: Any) -> None:
+    """Stop a dashboard app's sampler and live view and close its connections (and its client,
+    if it opened one). Its own lifespan does this when uvicorn serves it; call it from the
+    lifespan of an app you mounted it in."""
+    await dashboard.state.dashboard.stop()

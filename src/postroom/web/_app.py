@@ -177,6 +177,10 @@ def build_app(dashboard: Dashboard, *, metrics: bool = True, ui: bool = True) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Served on its own (uvicorn runs this lifespan): start sampling at once, so the
+        # charts have history by the first visit. Mounted in another app it starts on its
+        # first request instead.
+        await dashboard.start()
         try:
             yield
         finally:

@@ -9,7 +9,7 @@ read-write transaction explicitly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +30,9 @@ SCAN_LIMIT = 20_000
 class WebStore:
     """Read-only access to one postroom schema for the dashboard and /metrics."""
 
-    def __init__(self, conninfo: str, schema: str, *, max_size: int = 4) -> None:
+    def __init__(
+        self, conninfo: str, schema: str, *, max_size: int = 4, settings: str = ""
+    ) -> None:
         self.schema = schema
         self._rendered = {name: _sql.render(text, schema) for name, text in _QUERIES.items()}
         self.pool: AsyncConnectionPool[AsyncConnection[TupleRow]] = AsyncConnectionPool(
@@ -40,7 +42,8 @@ class WebStore:
             open=False,
             kwargs={
                 "autocommit": True,
-                "options": "-c default_transaction_read_only=on -c statement_timeout=10000",
+                "options": "-c default_transaction_read_only=on -c statement_timeout=10000"
+                + (f" {settings}" if settings else ""),
             },
             name="postroom-web",
         )
@@ -164,7 +167,3 @@ class WebStore:
             await conn.execute(b"SET TRANSACTION READ WRITE")
             cur = await conn.execute(self._rendered["web_delete_job"], {"id": job_id})
             return len(await cur.fetchall())
-
-    async def named(self, name: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
-        """Rows of a parameterless or keyword-parameter query (schedules, limits, ...)."""
-        return await self.rows(name, params if isinstance(params, Mapping) else {})
