@@ -1,6 +1,6 @@
 """Screenshots of the dashboard's main pages for docs/dashboard.md and README.md.
 
-    PYTHONPATH=$PWD/src python tools/dashboard_screenshots.py --url postgresql://... [--out docs/img]
+    PYTHONPATH=$PWD/src python tools/dashboard_screenshots.py --url URL [--out docs/img]
 
 Fills a schema of its own (``postroom_screenshots``, dropped at the end) with a little of
 everything (topics, a lagging group, a dead letter, failed and done jobs, a schedule), serves
