@@ -8,15 +8,20 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
 import postroom
 import postroom.web
 from postroom.cli.main import app as cli
 
+from ..roles import login_role
 from .conftest import DashboardServer, outside_address
 from .seed import Seeded
+from .test_browser import PAGES
 
 
 def _csrf(html: str) -> str:
@@ -155,3 +160,32 @@ def test_access_hook_answers_are_checked() -> None:
         coerce_access(["drop_database"], "u")
     with pytest.raises(InvalidArgument, match="'full', 'read-only'"):
         coerce_access("admin", "u")
+
+
+def test_a_read_only_database_role_gives_a_read_only_dashboard(
+    serve: Callable[..., DashboardServer], seeded: Seeded, dsn: str, client: postroom.Client
+) -> None:
+    with login_role(dsn, "dash_ro") as role:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # The grants docs/dashboard.md gives for a read-only dashboard.
+            conn.execute(
+                sql.SQL(
+                    "GRANT USAGE ON SCHEMA postroom TO {role};"
+                    " GRANT SELECT ON ALL TABLES IN SCHEMA postroom TO {role}"
+                ).format(role=sql.Identifier(role))
+            )
+        url = make_conninfo(dsn, user=role)
+        server = DashboardServer(postroom.web.app(url=url, sample_interval=0.5))
+        try:
+            for path in [*PAGES, f"/jobs/{seeded.failed_job}"]:
+                assert httpx.get(server.url + path).status_code == 200, path
+            page = httpx.get(server.url + f"/jobs/{seeded.failed_job}").text
+            form = {"id": str(seeded.failed_job), "csrf": _csrf(page), "next": "/"}
+            refused = httpx.post(server.url + "/actions/retry", data=form)
+            assert refused.status_code == 303  # tried, and the count says it did nothing
+            assert "retry%3A+0+of+1" in refused.headers["location"]
+            pause = httpx.post(server.url + "/actions/pause", data={**form, "queue": "x"})
+            assert pause.status_code == 400 and "grant" in pause.text, pause.text
+        finally:
+            server.stop()
+    assert client.get_job(seeded.failed_job).state == "failed"
