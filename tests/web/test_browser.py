@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import postroom
+import postroom.web._store
 
 from ..signals import wait_for
 from .conftest import DashboardServer
@@ -186,3 +189,31 @@ def test_the_live_view_updates_when_a_message_is_published(
     page.wait_for_function(
         f"document.querySelector('#n-failed').innerText !== {failed_before!r}", timeout=10_000
     )
+
+
+def test_a_filtered_browse_reads_a_bounded_range_and_goes_on(
+    serve: Callable[..., DashboardServer],
+    seeded: Seeded,
+    page: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(postroom.web._store, "SCAN_LIMIT", 4)
+    server = serve()
+    page.goto(server.url + '/topics/orders?partition=0&offset=0&contains={"no": "match"}')
+    assert "searched offsets 0 to 3" in page.inner_text("#searched")
+    page.click("#searched a")
+    assert "offset=4" in page.url
+    assert "searched offsets 4 to 7" in page.inner_text("#searched")
+
+
+def test_delete_all_failed_jobs_matching_a_filter(
+    serve: Callable[..., DashboardServer], seeded: Seeded, page: Any, client: postroom.Client
+) -> None:
+    server = serve()
+    page.goto(server.url + "/jobs?state=failed&error=boom")
+    page.click("button:text('Delete all matching')")
+    page.wait_for_selector("#flash")
+    assert "delete: 1 of 1" in page.inner_text("#flash")
+    assert client.list_jobs(state="failed") == []
+    page.goto(server.url + "/audit")
+    assert "delete_job" in page.inner_text("#audit")

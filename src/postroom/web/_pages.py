@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from postroom.errors import GroupNotFound, InvalidArgument, JobNotFound, TopicNotFound
 
+from . import _store
 from ._security import Access
 
 if TYPE_CHECKING:
@@ -126,10 +127,15 @@ async def topic_page(d: Dashboard, request: Request, access: Access) -> Response
         headers=_json_param(request, "headers"),
         contains=_json_param(request, "contains"),
     )
+    params = request.query_params
+    filtered = bool(key or params.get("headers") or params.get("contains"))
+    # A filter reads at most SCAN_LIMIT rows a page: say where the search stopped.
+    searched_to = start + _store.SCAN_LIMIT if filtered and len(messages) < limit else None
     return d.render(
         request,
         "topic.html",
         access,
+        searched_to=searched_to if searched_to is not None and searched_to < high else None,
         topic=info,
         partitions=partitions,
         partition=partition,

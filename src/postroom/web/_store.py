@@ -23,8 +23,9 @@ _QUERIES = _sql.load_queries("web.sql")
 
 # Above this many rows (planner estimate) a table's counts come from a bounded sample.
 EXACT_COUNT_LIMIT = 200_000
-# Rows a filtered browse or finished-job list reads at most before it stops looking.
-SCAN_LIMIT = 20_000
+# Rows a filtered browse or finished-job list reads at most before it stops looking (the page
+# then offers to go on from there).
+SCAN_LIMIT = 5_000
 
 
 class WebStore:
