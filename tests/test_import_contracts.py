@@ -16,6 +16,7 @@ CLI_MAY_IMPORT = {
     "postroom.cli",
     "postroom.errors",
     "postroom.embedded",
+    "postroom.web",
     "postroom.benchmarks",
     "postroom.bench",
 }
@@ -71,3 +72,13 @@ def test_engines_may_not_import_the_adapters() -> None:
     contract = _contracts()["engines do not import adapters"]
     assert {"postroom.log", "postroom.queue"} <= set(contract["source_modules"])
     assert "postroom.cli" in contract["forbidden_modules"]
+
+
+# What the web adapter may import: the public API and the loader of its named queries.
+WEB_MAY_IMPORT = {"postroom.web", "postroom.errors", "postroom._sql"}
+
+
+def test_the_web_contract_forbids_every_module_outside_the_public_api() -> None:
+    forbidden = set(_contracts()["the web uses the public API only"]["forbidden_modules"])
+    missing = _top_level_modules() - WEB_MAY_IMPORT - forbidden - {"postroom.bench"}
+    assert not missing, f"add {sorted(missing)} to the web contract's forbidden_modules"

@@ -74,3 +74,16 @@ def churn(ctx: typer.Context) -> None:
     if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
         argv = ["--url", url, *argv]
     raise typer.Exit(run_benchmark(argv))
+
+
+@app.command("dashboard", context_settings=PASS_THROUGH, add_help_option=False)
+def dashboard(ctx: typer.Context) -> None:
+    """Dashboard page times on a 1,000,000-message topic and a 1,000,000-job history (bar:
+    200 ms a page); `postroom bench dashboard --help` lists its options."""
+    from postroom.benchmarks.dashboard import main as run_benchmark
+
+    argv = list(ctx.args)
+    url = settings(ctx).url
+    if url is not None and not any(a == "--url" or a.startswith("--url=") for a in argv):
+        argv = ["--url", url, *argv]
+    raise typer.Exit(run_benchmark(argv))

@@ -18,6 +18,7 @@ from postroom.errors import PostroomError
 from . import (
     bench,
     consume,
+    dashboard,
     demo,
     dlq,
     embedded,
@@ -129,6 +130,8 @@ app.command("worker")(jobs.worker)
 app.command("run")(run.run)
 app.add_typer(dlq.app, name="dlq")
 app.command("relay")(relay.relay)
+app.command("dashboard")(dashboard.dashboard)
+app.command("metrics")(dashboard.metrics)
 
 
 def main() -> None:

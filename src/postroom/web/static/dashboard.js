@@ -1,0 +1,53 @@
+// postroom dashboard: charts (uPlot) and the live view (server-sent events -> htmx "live").
+(function () {
+  "use strict";
+  var base = document.body.dataset.base || "";
+  var palette = ["#2f6fdf", "#d9534f", "#3c9d5d", "#e0a100", "#7b4fd6", "#1aa3a3", "#b5487e"];
+
+  function draw(figure) {
+    var url = base + "/api/series?pick=" + encodeURIComponent(figure.dataset.pick) +
+      "&name=" + encodeURIComponent(figure.dataset.name || "");
+    fetch(url, {credentials: "same-origin"}).then(function (r) { return r.json(); }).then(function (data) {
+      var labels = Object.keys(data.series).sort();
+      var series = [{}];
+      var columns = [data.t];
+      labels.forEach(function (label, i) {
+        series.push({label: label, stroke: palette[i % palette.length], width: 1.5});
+        columns.push(data.series[label]);
+      });
+      var old = figure.querySelector(".uplot");
+      if (old) { old.remove(); }
+      var width = Math.max(figure.clientWidth - 8, 240);
+      new uPlot({width: width, height: 160, series: series, axes: [{}, {size: 60}],
+                 legend: {show: labels.length > 0}}, columns, figure);
+      figure.dataset.drawn = String(data.t.length);
+    });
+  }
+
+  function drawAll(root) {
+    (root || document).querySelectorAll("figure.chart").forEach(draw);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { drawAll(); });
+  if (document.readyState !== "loading") { drawAll(); }
+
+  var stateLabel = document.getElementById("live-state");
+  var refreshes = 0;
+  function connect() {
+    var source = new EventSource(base + "/events");
+    source.addEventListener("hello", function () {
+      if (stateLabel) { stateLabel.textContent = "live"; }
+    });
+    source.addEventListener("refresh", function () {
+      refreshes += 1;
+      document.body.dataset.refreshes = String(refreshes);
+      htmx.trigger(document.body, "live");
+      drawAll();
+    });
+    source.onerror = function () {
+      // The browser reconnects by itself; meanwhile the "every 30s" trigger polls.
+      if (stateLabel) { stateLabel.textContent = "polling"; }
+    };
+  }
+  connect();
+})();
