@@ -289,3 +289,29 @@ def test_only_a_pause_of_half_a_lease_or_more_excuses_a_second_run(
     h.op("worker-0.0", "ok", "run", {"n": 1, "id": 1, "attempt": 1})
     report = check(final(h, jobs=[[1, 1, "done", 2, 4]]).ops, lease=3.0)
     assert ("lease-overlap" not in report.names()) == excused, report.render()
+
+
+def test_a_job_whose_enqueuer_died_mid_call_is_not_unexpected() -> None:
+    """Found by a long run (seed 1430059045): the enqueuer was killed after sending an enqueue
+    and before recording its outcome; the job is stored and runs. Unknown, not unexpected."""
+    h = queue(consume(writes(History())))
+    h.op("enqueuer-0.0", "invoke", "enqueue", {"n": 3})
+    h.op("nemesis", "info", "kill", {"target": "enqueuer-0.0"})
+    h.run("worker-0.0", 3, 3, 1)
+    report = check(final(h, jobs=[[1, 1, "done", 1, 4], [3, 3, "done", 1, 4]]).ops)
+    assert report.valid, report.render()
+
+
+def test_a_completion_after_a_pause_mid_run_excuses_the_rerun() -> None:
+    """Found by a long run (seed 1190710886): a worker paused mid-run past its lease completes
+    attempt 1 on SIGCONT (a stale, fenced write-back) after the job was rescued; attempt 2
+    then runs. The pause began before the completion, after the run started."""
+    h = consume(writes(History())).op("enqueuer-0.0", "ok", "enqueue", {"n": 1, "id": 1})
+    h.op("worker-0.0", "invoke", "run", {"n": 1, "id": 1, "attempt": 1, "max_attempts": 4})
+    h.op("nemesis", "info", "pause", {"target": "worker-0.0", "s": 7.5})
+    h.op("nemesis", "info", "resume", {"target": "worker-0.0"})
+    h.op("worker-0.0", "ok", "run", {"n": 1, "id": 1, "attempt": 1})
+    h.run("worker-0.0", 1, 1, 2)
+    report = check(final(h, jobs=[[1, 1, "done", 2, 4]]).ops)
+    assert report.valid, report.render()
+    assert report.counts["reruns-after-fault"] == 1

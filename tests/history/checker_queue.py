@@ -11,7 +11,7 @@ that kept the server away for half a lease or more (heartbeats could not renew t
 
 from __future__ import annotations
 
-from tests.history.checker import Report
+from tests.history.checker import Report, cut
 from tests.history.recorder import Op
 
 
@@ -22,15 +22,18 @@ class QueueChecker:
         self.stopping = 0  # when the server restart in progress began
         self.enqueued: dict[int, Op] = {}  # n -> the settling op of its enqueue
         self.ids: dict[int, int] = {}  # job id -> n
+        self.invoked: set[int] = set()  # every n an enqueue was sent for (killed ones too)
         self.running: dict[int, list[Op]] = {}  # job id -> live runs (start ops)
-        self.completed: dict[int, Op] = {}  # job id -> first completion
+        self.completed: dict[int, tuple[Op, int]] = {}  # job id -> first completion, its start
         self.faulted: dict[str, int] = {}  # process -> time of its last kill or pause
         self.restarted = 0  # time of the last server restart
         self.final: Op | None = None
 
     def step(self, op: Op) -> None:
         f, type_, value = op["f"], op["type"], op["value"]
-        if f == "enqueue" and type_ != "invoke":
+        if f == "enqueue" and type_ == "invoke":
+            self.invoked.add(value["n"])
+        elif f == "enqueue":
             self.enqueued[value["n"]] = op
             if type_ == "ok":
                 self.ids[value["id"]] = value["n"]
@@ -52,12 +55,15 @@ class QueueChecker:
     def end(self, op: Op) -> None:
         value = op["value"]
         runs = self.running.get(value["id"], [])
+        started = op["time"]
         for i, run in enumerate(runs):
             if run["process"] == op["process"] and run["value"]["attempt"] == value["attempt"]:
-                del runs[i]
+                started = runs.pop(i)["time"]
                 break
-        if op["type"] == "ok":
-            self.completed.setdefault(value["id"], op)
+        if op["type"] == "ok" and value["id"] not in self.completed:
+            # A fault since the run *started* excuses a rerun: a worker paused mid-run past its
+            # lease completes a run that was already handed on (its write-back is fenced).
+            self.completed[value["id"]] = (op, started)
 
     def excused(self, process: str, since: int) -> bool:
         return self.faulted.get(process, 0) >= since or self.restarted >= since
@@ -89,9 +95,10 @@ class QueueChecker:
                     run,
                     op,
                 )
-        done = self.completed.get(job)
-        if done is not None:
-            if self.excused(done["process"], done["time"]):
+        completion = self.completed.get(job)
+        if completion is not None:
+            done, started = completion
+            if self.excused(done["process"], started):
                 self.report.counts["reruns-after-fault"] += 1
             else:
                 self.report.add(
@@ -125,10 +132,11 @@ class QueueChecker:
             elif row[1] == "failed":
                 self.report.counts["exhausted"] += 1
         rolled = {n for n, op in self.enqueued.items() if op["type"] == "fail"}
-        for job, (n, _state, attempts, limit) in final.items():
-            if n in rolled or (job not in self.ids and n not in self.enqueued):
-                self.report.add("unexpected", f"job {job} (n={n}) is in the table", self.final)
+        for job, (n, state, attempts, limit) in final.items():
+            excerpt = cut(self.final, jobs=[[job, n, state, attempts, limit]])
+            if n in rolled or (job not in self.ids and n not in self.invoked):
+                self.report.add("unexpected", f"job {job} (n={n}) is in the table", excerpt)
             if attempts > limit:
                 self.report.add(
-                    "attempts-over-limit", f"job {job} ends with {attempts} of {limit}", self.final
+                    "attempts-over-limit", f"job {job} ends with {attempts} of {limit}", excerpt
                 )
