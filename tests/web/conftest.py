@@ -78,7 +78,10 @@ def serve(dsn: str) -> Iterator[Callable[..., DashboardServer]]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
+# Function-scoped, not session-scoped: while playwright's sync API is open, its event loop
+# counts as running in this thread, and every later test of the worker that calls
+# asyncio.run() (the async client's tests, the plan test) would fail.
+@pytest.fixture
 def browser() -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     if not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM):

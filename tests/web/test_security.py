@@ -25,7 +25,7 @@ from .test_browser import PAGES
 
 
 def _csrf(html: str) -> str:
-    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    match = re.search(r'"X-CSRF-Token": "([0-9a-f]+)"', html)  # every page's htmx header
     assert match, "no CSRF field on the page"
     return match.group(1)
 
@@ -189,3 +189,27 @@ def test_a_read_only_database_role_gives_a_read_only_dashboard(
         finally:
             server.stop()
     assert client.get_job(seeded.failed_job).state == "failed"
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback(
+    serve: Callable[..., DashboardServer], seeded: Seeded
+) -> None:
+    server = serve()
+    for path, status, text in [
+        ("/topics/no-such-topic", 404, "no topic"),
+        ("/groups/no-such-group", 404, "no-such-group"),
+        ("/jobs/999999", 404, "999999"),
+        ("/jobs?state=bogus", 400, "use one of"),
+        ("/topics/orders?partition=9", 400, "no partition 9"),
+        ("/topics/orders?offset=x", 400, "not a whole number"),
+        ("/topics/orders?at=yesterday", 400, "not an ISO time"),
+        ("/topics/orders?contains={bad", 400, "not JSON"),
+        ("/groups/billing?topic=orders&to=time&value=soon", 400, "not an ISO time"),
+        ("/api/series?pick=nope", 400, "use rate"),
+    ]:
+        response = httpx.get(server.url + path)
+        assert response.status_code == status and text in response.text, (path, response.text)
+    csrf = _csrf(httpx.get(server.url + "/groups/billing").text)
+    form = {"group": "billing", "topic": "orders", "to": "offset", "value": "abc", "csrf": csrf}
+    response = httpx.post(server.url + "/actions/reset-group", data=form)
+    assert response.status_code == 400 and "cannot reset billing on orders" in response.text

@@ -148,16 +148,19 @@ async def reset_group(d: Dashboard, request: Request, access: Access) -> Respons
     form = await _checked(d, request, access, "reset_group")
     group, topic, to = _field(form, "group"), _field(form, "topic"), _field(form, "to")
     raw_partition = str(form.get("partition") or "").strip()
-    partition = int(raw_partition) if raw_partition else None
     target: str | int | datetime
-    if to in ("earliest", "latest"):
-        target = to
-    elif to == "offset":
-        target = int(_field(form, "value"))
-    elif to == "time":
-        target = datetime.fromisoformat(_field(form, "value"))
-    else:
-        raise InvalidArgument(f"to={to!r}: use earliest, latest, offset or time")
+    try:
+        partition = int(raw_partition) if raw_partition else None
+        if to in ("earliest", "latest"):
+            target = to
+        elif to == "offset":
+            target = int(_field(form, "value"))
+        elif to == "time":
+            target = datetime.fromisoformat(_field(form, "value"))
+        else:
+            raise InvalidArgument(f"to={to!r}: use earliest, latest, offset or time")
+    except ValueError as exc:
+        raise InvalidArgument(f"cannot reset {group} on {topic}: {exc}") from None
     moved = await d.client.reset_group(group, topic, to=target, partition=partition)
     d.guard.audit(access, "reset_group", f"group {group} on {topic} to {to} {moved}", len(moved))
     return _back(request, form, f"group {group} reset on {topic}: {json.dumps(moved)}")

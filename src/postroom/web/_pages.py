@@ -193,7 +193,10 @@ async def reset_preview(
                     f"offset {target} is outside partition {p}'s range {low}..{high}"
                 )
         elif to == "time":
-            moment = datetime.fromisoformat(value)
+            try:
+                moment = datetime.fromisoformat(value)
+            except ValueError:
+                raise InvalidArgument(f"time {value!r} is not an ISO time") from None
             if moment.tzinfo is None:
                 raise InvalidArgument(f"time {value!r} needs a timezone")
             target = await d.store.offset_at(topic, p, moment, int(low), int(high))
