@@ -187,6 +187,59 @@ def test_lost_database_connections_are_survived(client: postroom.Client, dsn: st
         assert offsets == sorted(offsets)
 
 
+class SlowToOpen(ScriptedSink):
+    """A sink whose ``open()`` waits for ``gate``: a broker slow to answer at start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    async def open(self) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.gate.wait, 30)
+        await super().open()
+
+
+def test_the_group_is_joined_while_the_sink_connects_and_nothing_is_sent_before(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", list(range(5)))
+    sink = SlowToOpen()
+    with running_relay(client, "t", sink, group="relay.s"):
+        # Joined (the group exists, nothing committed) while open() still waits.
+        wait_for(lambda: group_lag(client, "relay.s") == 5)
+        assert (sink.opened, sink.calls) == (0, 0)
+        sink.gate.set()
+        wait_for(lambda: group_lag(client, "relay.s") == 0)
+    assert sink.sent == ids("t", range(5))
+    assert (sink.opened, sink.closed) == (1, 1)
+
+
+class MisconfiguredSink(ScriptedSink):
+    """A sink whose ``open()`` fails for good (a bad setting), not as unreachable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = threading.Event()
+
+    async def open(self) -> None:
+        self.failed.set()
+        raise InvalidArgument("invalid sink setting colour=blue")
+
+
+def test_a_sink_that_cannot_open_stops_the_relay_with_its_error_with_nothing_to_send(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("t")  # empty: no batch waits for the sink
+    sink = MisconfiguredSink()
+    with pytest.raises(InvalidArgument, match="colour=blue"):
+        with running_relay(client, "t", sink):
+            wait_for(sink.failed.is_set)
+    assert sink.closed == 1
+
+
 def test_relay_status_as_data(client: postroom.Client) -> None:
     client.create_topic("t", partitions=2)
     client.publish_batch("t", [{"value": str(i), "key": str(i)} for i in range(10)])

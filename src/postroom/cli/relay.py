@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -161,6 +162,17 @@ def relay(
             session_timeout=session_timeout,
         )
         note(f"relaying {', '.join(topics)} to {runner.sink_description}; Ctrl-C stops")
+        # The process is the relay's alone, so the collector is set for it. What start-up made
+        # (modules, typer's and psycopg's objects: ~50,000) lives until exit, and each full
+        # collection walked it all again (150 ms a time on the benchmark box): frozen, it is
+        # left out. A batch's messages and their Outbounds (~3 tracked objects a message, a
+        # few batches alive) pushed a young collection every 700 net allocations, a third of
+        # them moving the batch a generation up: 330 collections for 100,000 messages, about
+        # a tenth of the relay's CPU. A batch makes no cycles (refcounts free it); the
+        # threshold leaves collections to the garbage cycles of rarer work (bench/RESULTS.md,
+        # "Relay to Kafka (Tansu), 2026-12-02").
+        gc.freeze()
+        gc.set_threshold(50_000, 10, 10)
         with every(progress, _status_line(runner)):
             runner.run()
         counters = runner.counters

@@ -309,7 +309,13 @@ class Membership:
             self._conn = None
             conn = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
             ms = str(max(1, round(self.session_timeout * 1000 / 4)))
-            conn.execute(self._db.q("member_session"), {"lock_ms": ms})
+            try:
+                conn.execute(self._db.q("member_session"), {"lock_ms": ms})
+            except BaseException:
+                # Not ours to keep yet: a poll cancelled mid-join (a relay stopped as it
+                # starts) left it open, and nothing else would close it.
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
 

@@ -143,6 +143,7 @@ class AsyncRelay:
             self._membership["session_timeout"] = session_timeout
         self.counters = RelayCounters()
         self._inflight: asyncio.Task[bool] | None = None
+        self._sink_open: asyncio.Task[None] | None = None  # run()'s first connection
         self._db_failures = 0
         self._stopping = asyncio.Event()
         self._delivery = Delivery(
@@ -183,8 +184,13 @@ class AsyncRelay:
         logged; only bad configuration (an unknown topic, say) raises."""
         self._loop = asyncio.get_running_loop()
         await self._check_topics()
+        # The sink connects while the group is joined and the first batch polled (librdkafka
+        # reaches the broker and reads its metadata in threads of its own meanwhile); the first
+        # batch goes out once it is open (``_pipeline``). A batch polled meanwhile is only in
+        # memory, as one polled ahead while the sink is down: nothing is sent or committed.
+        opening = self._sink_open = asyncio.create_task(self._open_sink())
+        opening.add_done_callback(self._opened)
         try:
-            await self._open_sink()
             self._db_failures = 0
             while not self.stopping:
                 try:
@@ -198,8 +204,18 @@ class AsyncRelay:
                     self._note(f"database unavailable, retrying: {safe_str(exc)}")
                     # Not the sink's backoff: the database is tried again within 0.5 s.
                     await self._sleep(reconnect_delay(self._db_failures))
+            if opening.done() and not opening.cancelled():
+                opening.result()  # the sink's configuration error (a bad setting), if any
         finally:
+            if not opening.done():
+                await _cancel(opening)  # stopped (or the database side failed) before it
             await self.sink.close()
+
+    def _opened(self, opening: asyncio.Task[None]) -> None:
+        """The sink's first connection ended: on an error other than the sink being
+        unreachable (retried meanwhile), stop, so that ``run()`` raises it at once."""
+        if not opening.cancelled() and opening.exception() is not None:
+            self._stopping.set()
 
     async def _check_topics(self) -> None:
         known = {t.name for t in await self._log.list_topics()}
@@ -257,6 +273,8 @@ class AsyncRelay:
                     # read again from where it began what this member still holds.
                     await self._rewind(consumer, batch)
                     continue
+                if self._sink_open is not None and not self._sink_open.done():
+                    await self._sink_open  # raises a configuration error of the sink
                 if self.stopping:
                     break  # polled, not sent: not committed, sent again after a restart
                 self._inflight = asyncio.create_task(self._carry(consumer, batch))

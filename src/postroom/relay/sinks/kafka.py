@@ -144,9 +144,16 @@ class KafkaSink(Sink):
         if self._producer is None:
             self._producer = kafka.Producer(self.config)
         try:
-            await asyncio.to_thread(self._producer.list_topics, None, min(self.timeout, 10))
+            metadata = await asyncio.to_thread(
+                self._producer.list_topics, None, min(self.timeout, 10)
+            )
         except kafka.KafkaException as exc:
             raise SinkUnavailable(f"kafka at {self.description}: {exc}") from exc
+        # The answer names every topic: the first batch's destinations need no lookup of
+        # their own (a round trip each) when they are among them.
+        for name, found in metadata.topics.items():
+            if found.error is None and found.partitions:
+                self._partitions.setdefault(name, len(found.partitions))
 
     async def _metadata(self, topic: str) -> Any:
         """The broker's metadata of ``topic`` (None if it has no entry)."""
@@ -247,19 +254,27 @@ class KafkaSink(Sink):
         acked = self._acked
         self._failures = []
         produce = self._producer.produce
+        partition_of = _cached_partition  # kafka_partition() inline: a call a message less
         index = 0
         while index < end:
             out = batch[index]
             if acked and out.source.id in acked:
                 index += 1
                 continue
+            key = out.key
+            if key is None:
+                partition = -1
+            else:
+                if type(key) is not bytes:
+                    key = bytes(key)
+                partition = partition_of(key, counts[out.destination])
             try:
                 produce(
                     out.destination,
                     value=out.value,
-                    key=out.key,
+                    key=key,
                     headers=out.headers,  # a dict: str values go as UTF-8, bytes as they are
-                    partition=kafka_partition(out.key, counts[out.destination]),
+                    partition=partition,
                 )
             except BufferError:
                 # librdkafka's queue is full: let it drain, then go on with the same message.
