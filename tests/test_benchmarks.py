@@ -80,16 +80,43 @@ def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
     memory = result["memory"]
     assert memory["held"] >= 200
     assert memory["peak_rss_kb"] >= memory["rss_idle_kb"] > 0
-    assert set(result["targets"]) == {
+    targets = {
         "enqueue_vs_insert_select",
         "burn_down_vs_minimal",
         "burn_down_async_vs_minimal",
         "burn_down_tuned_vs_minimal",
         "p99_ms",
     }
+    peers = result["peers"]
+    assert set(peers) == {"pgmq", "pgqueuer"}
+    ran = [name for name, peer in peers.items() if "skipped" not in peer]
+    for name in ran:  # where the optional packages are installed
+        for phase in ("enqueue", "burn_down"):
+            assert peers[name][phase]["jobs"] == 300 and peers[name][phase]["rate"] > 0
+        assert peers[name]["sustained"]["started"] == peers[name]["sustained"]["jobs"] == 20
+    for name in set(peers) - set(ran):
+        assert peers[name]["skipped"], name  # says why
+    if ran:
+        targets |= {"burn_down_vs_best_peer", "burn_down_async_vs_best_peer"}
+        targets |= {"enqueue_vs_best_peer", "p99_vs_best_peer"}
+    assert set(result["targets"]) == targets
     report = queue_bench.format_report(result)
-    for line in ("minimal reference: 2-column table", "async def jobs, worker defaults", "memory:"):
+    lines = ("minimal reference: 2-column table", "async def jobs, worker defaults", "memory:")
+    for line in (*lines, "peers, same run", "pgmq", "pgqueuer"):
         assert line in report, line
+
+
+def test_the_best_peer_is_the_fastest_or_the_quickest_one_that_ran() -> None:
+    result = {
+        "peers": {
+            "pgmq": {"burn_down": {"rate": 900}, "sustained": {"p99_ms": 30.0}},
+            "pgqueuer": {"burn_down": {"rate": 400}, "sustained": {"p99_ms": 20.0}},
+            "other": {"skipped": "not installed"},
+        }
+    }
+    assert queue_bench.best_peer(result, "burn_down", "rate") == ("pgmq", 900.0)
+    assert queue_bench.best_peer(result, "sustained", "p99_ms") == ("pgqueuer", 20.0)
+    assert queue_bench.best_peer({"peers": {"a": {"skipped": "x"}}}, "burn_down", "rate") is None
 
 
 def test_the_churn_verdict_flags_growth() -> None:
