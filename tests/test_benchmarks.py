@@ -187,3 +187,20 @@ def test_quick_churn_benchmark_reports_every_figure(dsn: str) -> None:
     report = churn.format_report(result)
     assert "messages dead tuples" in report and "VACUUM" in report
     assert "producer + consumer process RSS" in report
+
+
+def test_the_pinned_horizon_phase_runs_both_halves_and_records_dead_tuples(dsn: str) -> None:
+    from postroom.benchmarks import queue_horizon, queue_phases
+
+    queue_phases.reset_schema(dsn)
+    result = queue_horizon.measure_pinned_horizon(dsn, seconds=1.0, job_rate=200.0)
+
+    for half in ("clean", "pinned"):
+        figures = result[half]
+        assert figures["done"] == figures["enqueued"] == 200, half
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"], half
+        assert set(figures["max_dead"]) == {"jobs", "finished_jobs"}, half
+    assert result["pinned_xid"] is not None
+    assert result["dead_tuples_from"]  # pgstattuple, or why not
+    lines = queue_horizon.format_pinned(result)
+    assert any("pinned / clean: throughput" in line for line in lines)

@@ -36,6 +36,7 @@ from typing import Any
 from postroom.embedded import resolve_url
 
 from . import _common
+from .queue_horizon import format_pinned, measure_pinned_horizon
 from .queue_peers import measure_peers
 from .queue_phases import (
     ENQUEUE_ROUNDS,
@@ -61,6 +62,8 @@ TARGET_P99_MS = 10.0  # enqueue-to-start at the sustained rate
 TARGET_BURN_DOWN_VS_PEER = 1.2  # burn-down >= 1.2x the best peer's
 TARGET_ENQUEUE_VS_PEER = 1.0  # batch enqueue >= the best peer's
 TARGET_P99_VS_PEER = 0.75  # p99 enqueue-to-start <= 0.75x the best peer's
+TARGET_PINNED_THROUGHPUT = 0.8  # under a pinned horizon, of the clean throughput
+TARGET_PINNED_P99 = 2.0  # under a pinned horizon, p99 within 2x of clean
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -116,6 +119,11 @@ def run(url: str | None, settings: Settings) -> dict[str, Any]:
     if settings.churn_seconds > 0:
         vacuum(resolved)
         result["churn"] = measure_churn(resolved, settings)
+    if settings.pinned_seconds > 0:
+        vacuum(resolved)
+        result["pinned_horizon"] = measure_pinned_horizon(
+            resolved, settings.pinned_seconds, settings.pinned_rate
+        )
     result["targets"] = _targets(result, settings)
     return result
 
@@ -176,6 +184,10 @@ def _targets(result: dict[str, Any], settings: Settings) -> dict[str, Any]:
             round(result["sustained"]["p99_ms"] / max(p99[1], 0.01), 2),
             TARGET_P99_VS_PEER,
         )
+    if "pinned_horizon" in result:
+        pinned = result["pinned_horizon"]
+        targets["pinned_throughput_ratio"] = (pinned["throughput_ratio"], TARGET_PINNED_THROUGHPUT)
+        targets["pinned_p99_ratio"] = (pinned["p99_ratio"], TARGET_PINNED_P99)
     return targets
 
 
@@ -256,9 +268,11 @@ def format_report(result: dict[str, Any]) -> str:
             + f"; growth {'bounded' if c['bounded'] else 'UNBOUNDED'}",
         ]
     lines += _peer_lines(result)
+    if "pinned_horizon" in result:
+        lines += format_pinned(result["pinned_horizon"])
     lines += ["", "targets:"]
     for name, (value, target) in result["targets"].items():
-        met = value <= target if name.startswith("p99") else value >= target
+        met = value <= target if "p99" in name else value >= target
         lines.append(f"  {name:<32} {value:>10,} (target {target:,}) {'met' if met else 'MISSED'}")
     return "\n".join(lines)
 
@@ -316,6 +330,15 @@ def main(argv: list[str] | None = None) -> int:
         help="memory phase: claimed-but-not-started jobs a worker holds (0: skip)",
     )
     parser.add_argument(
+        "--pinned-seconds",
+        type=float,
+        default=0.0,
+        help="also run the pinned-horizon phase: each half (clean, pinned) this long",
+    )
+    parser.add_argument(
+        "--pinned-rate", type=float, default=1_000.0, help="pinned-horizon phase jobs/s"
+    )
+    parser.add_argument(
         "--no-peers", action="store_true", help="skip the pgmq and PgQueuer comparisons"
     )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
@@ -335,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         churn_seconds=args.churn_seconds,
         hold_jobs=2_000 if args.quick else args.hold_jobs,
         peers=not args.no_peers,
+        pinned_seconds=args.pinned_seconds,
+        pinned_rate=args.pinned_rate,
     )
     return _common.report(run(args.url, settings), args.json, format_report)
 

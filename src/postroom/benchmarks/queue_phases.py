@@ -38,6 +38,8 @@ class Settings:
     churn_batch: int = 200
     hold_jobs: int = 100_000
     peers: bool = True  # pgmq and PgQueuer in the same run, where installed
+    pinned_seconds: float = 0.0  # the pinned-horizon phase: each half this long (0: skip)
+    pinned_rate: float = 1_000.0
 
 
 def connect(url: str) -> postroom.Client:
