@@ -80,16 +80,43 @@ def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
     memory = result["memory"]
     assert memory["held"] >= 200
     assert memory["peak_rss_kb"] >= memory["rss_idle_kb"] > 0
-    assert set(result["targets"]) == {
+    targets = {
         "enqueue_vs_insert_select",
         "burn_down_vs_minimal",
         "burn_down_async_vs_minimal",
         "burn_down_tuned_vs_minimal",
         "p99_ms",
     }
+    peers = result["peers"]
+    assert set(peers) == {"pgmq", "pgqueuer"}
+    ran = [name for name, peer in peers.items() if "skipped" not in peer]
+    for name in ran:  # where the optional packages are installed
+        for phase in ("enqueue", "burn_down"):
+            assert peers[name][phase]["jobs"] == 300 and peers[name][phase]["rate"] > 0
+        assert peers[name]["sustained"]["started"] == peers[name]["sustained"]["jobs"] == 20
+    for name in set(peers) - set(ran):
+        assert peers[name]["skipped"], name  # says why
+    if ran:
+        targets |= {"burn_down_vs_best_peer", "burn_down_async_vs_best_peer"}
+        targets |= {"enqueue_vs_best_peer", "p99_vs_best_peer"}
+    assert set(result["targets"]) == targets
     report = queue_bench.format_report(result)
-    for line in ("minimal reference: 2-column table", "async def jobs, worker defaults", "memory:"):
+    lines = ("minimal reference: 2-column table", "async def jobs, worker defaults", "memory:")
+    for line in (*lines, "peers, same run", "pgmq", "pgqueuer"):
         assert line in report, line
+
+
+def test_the_best_peer_is_the_fastest_or_the_quickest_one_that_ran() -> None:
+    result = {
+        "peers": {
+            "pgmq": {"burn_down": {"rate": 900}, "sustained": {"p99_ms": 30.0}},
+            "pgqueuer": {"burn_down": {"rate": 400}, "sustained": {"p99_ms": 20.0}},
+            "other": {"skipped": "not installed"},
+        }
+    }
+    assert queue_bench.best_peer(result, "burn_down", "rate") == ("pgmq", 900.0)
+    assert queue_bench.best_peer(result, "sustained", "p99_ms") == ("pgqueuer", 20.0)
+    assert queue_bench.best_peer({"peers": {"a": {"skipped": "x"}}}, "burn_down", "rate") is None
 
 
 def test_the_churn_verdict_flags_growth() -> None:
@@ -160,3 +187,20 @@ def test_quick_churn_benchmark_reports_every_figure(dsn: str) -> None:
     report = churn.format_report(result)
     assert "messages dead tuples" in report and "VACUUM" in report
     assert "producer + consumer process RSS" in report
+
+
+def test_the_pinned_horizon_phase_runs_both_halves_and_records_dead_tuples(dsn: str) -> None:
+    from postroom.benchmarks import queue_horizon, queue_phases
+
+    queue_phases.reset_schema(dsn)
+    result = queue_horizon.measure_pinned_horizon(dsn, seconds=1.0, job_rate=200.0)
+
+    for half in ("clean", "pinned"):
+        figures = result[half]
+        assert figures["done"] == figures["enqueued"] == 200, half
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"], half
+        assert set(figures["max_dead"]) == {"jobs", "finished_jobs"}, half
+    assert result["pinned_xid"] is not None
+    assert result["dead_tuples_from"]  # pgstattuple, or why not
+    lines = queue_horizon.format_pinned(result)
+    assert any("pinned / clean: throughput" in line for line in lines)

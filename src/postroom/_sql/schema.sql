@@ -826,14 +826,17 @@ CREATE FUNCTION {schema}._sequence_done() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    DELETE FROM {schema}.job_sequences s
-    USING (SELECT s2.key FROM {schema}.job_sequences s2
-           JOIN gone g ON g.id = s2.last_job_id
-           WHERE NOT EXISTS (SELECT FROM {schema}.finished_jobs f
-                             WHERE f.id = g.id AND f.state = 'cancelled')
-           ORDER BY s2.key
-           FOR UPDATE OF s2 SKIP LOCKED) d
-    WHERE s.key = d.key;
+    IF NOT EXISTS (SELECT FROM {schema}.job_sequences) THEN
+        RETURN NULL;  -- no live sequence: the deleted jobs end none
+    END IF;
+    EXECUTE 'DELETE FROM {schema}.job_sequences s
+             USING (SELECT s2.key FROM {schema}.job_sequences s2
+                    WHERE s2.last_job_id IN (SELECT g.id FROM gone g)
+                      AND NOT EXISTS (SELECT FROM {schema}.finished_jobs f
+                                      WHERE f.id = s2.last_job_id AND f.state = ''cancelled'')
+                    ORDER BY s2.key
+                    FOR UPDATE OF s2 SKIP LOCKED) d
+             WHERE s.key = d.key';
     RETURN NULL;
 
 END;

@@ -1,23 +1,27 @@
-"""The job queue benchmark: postroom's enqueue and worker against a pure-SQL drain, one server.
+"""The job queue benchmark: postroom's enqueue and worker against pure SQL and against the
+PostgreSQL queues a user would pick instead, on one server, in one run.
 
-One run measures, in order:
+One run measures, in order (the phases live in ``queue_phases``, ``queue_references``,
+``queue_peers`` and ``queue_soak``):
 
 1. **batch enqueue** of N no-op jobs with ``client.enqueue_batch`` (Python checks and JSON
    encoding included), in one transaction, against the server's own ``INSERT ... SELECT``
    of the same rows: three alternating rounds, the best of each;
-2. **burn-down** of those jobs by one worker in this process (``concurrency=1``, claims of
-   ``--claim`` jobs), finished jobs kept in ``finished_jobs`` (the default) and, on a second
-   backlog, deleted at completion (``keep_finished=0``);
-3. **pure-SQL reference**: the same rows drained by a two-step loop (claim 500 with
-   ``UPDATE ... FOR UPDATE SKIP LOCKED``, commit, ``DELETE`` by id, commit), the floor cost
-   of any SKIP LOCKED queue on this box;
+2. **burn-downs** of N jobs by one worker in this process, timed from ``run()`` (start-up
+   included): ``def`` and ``async def`` jobs with the worker's defaults, and a tuned worker;
+3. the **references**: the minimal claim + delete loop on a two-column table (one
+   connection), and the same loop on postroom's ``jobs`` table;
 4. **sustained**: a worker in another process while this one enqueues one job per
    transaction at ``--rate`` jobs/s; latency = the job's start time in the worker minus the
    time just before its ``enqueue()`` call (so the enqueue's own commit is included);
-5. optionally (``--churn-seconds``) a **churn** run: enqueue and work at once at full speed,
-   sampling the jobs table's dead tuples and size, to show that they stay bounded.
+5. the **peers** (pgmq, PgQueuer, where installed; ``--no-peers`` skips them): their batch
+   enqueue, burn-down and latency at the same sizes and rate, each at its best setting;
+6. a **memory** phase (a worker holding ``--hold-jobs`` claimed jobs) and optionally
+   (``--churn-seconds``) a **churn** soak.
 
-The benchmark works in its own schema (``postroom_bench_queue``), dropped and recreated.
+It prints issue 19's ratios from the one run: burn-down vs the minimal reference and vs the
+best peer, batch enqueue vs the best peer, p99 enqueue-to-start vs the best peer. The
+benchmark works in its own schema (``postroom_bench_queue``), dropped and recreated.
 
     python -m postroom.benchmarks.queue --url postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -25,483 +29,41 @@ The benchmark works in its own schema (``postroom_bench_queue``), dropped and re
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
-import subprocess
 import sys
-import threading
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
-import postroom
 from postroom.embedded import resolve_url
 
 from . import _common
-from ._common import percentile, rate
+from .queue_horizon import format_pinned, measure_pinned_horizon
+from .queue_peers import measure_peers
+from .queue_phases import (
+    ENQUEUE_ROUNDS,
+    Settings,
+    measure_burn_down,
+    measure_enqueue,
+    measure_sustained,
+    refill,
+    reset_schema,
+    serve,
+    vacuum,
+)
+from .queue_references import measure_minimal_reference, measure_reference
+from .queue_soak import measure_churn, measure_memory, serve_hold
 
-SCHEMA = "postroom_bench_queue"
+__all__ = ["Settings", "best_peer", "format_report", "main", "run"]
+
 TARGET_ENQUEUE = 100_000.0  # jobs/s
 TARGET_BURN_DOWN = 30_000.0  # jobs/s, one worker process
 TARGET_REFERENCE_RATIO = 0.5  # burn-down >= 50% of the pure-SQL drain
 TARGET_P99_MS = 10.0  # enqueue-to-start at the sustained rate
-
-
-@dataclass(frozen=True)
-class Settings:
-    jobs: int = 20_000
-    claim: int = 1_000
-    reference_batch: int = 500
-    rate: float = 100.0
-    seconds: float = 10.0
-    churn_seconds: float = 0.0
-    churn_batch: int = 200
-    hold_jobs: int = 100_000
-
-
-def _connect(url: str) -> postroom.Client:
-    return postroom.connect(url, schema=SCHEMA)
-
-
-def _reset_schema(url: str) -> None:
-    _common.drop_schema(url, SCHEMA)
-    with _connect(url) as client:
-        client.migrate()
-
-
-def _vacuum(url: str) -> None:
-    """VACUUM the queue tables, so each phase starts from the same state."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        for table in ("jobs", "finished_jobs"):
-            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(SCHEMA, table)))
-
-
-def _register(client: postroom.Client) -> None:
-    @client.job("noop")
-    def noop(n: int) -> None:
-        pass
-
-    @client.job("stamp")
-    def stamp(t: float) -> float:
-        return time.time() - t
-
-
-def _prepared(count: int) -> list[dict[str, Any]]:
-    return [{"kind": "noop", "args": {"n": n}} for n in range(count)]
-
-
-# -- phases -----------------------------------------------------------------------------------
-
-
-ENQUEUE_ROUNDS = 3
-
-
-def measure_enqueue(url: str, settings: Settings) -> dict[str, Any]:
-    """The floor and the client, alternating, ENQUEUE_ROUNDS times each on an empty table; the
-    best round of each (one round of ~0.1-0.3 s is at the mercy of the box's other load)."""
-    truncate = sql.SQL("TRUNCATE {}").format(sql.Identifier(SCHEMA, "jobs"))
-    floor_insert = sql.SQL(
-        "INSERT INTO {} (kind, args) SELECT 'noop', jsonb_build_object('n', g) "
-        "FROM generate_series(1, %s) AS g"
-    ).format(sql.Identifier(SCHEMA, "jobs"))
-    floors: list[float] = []
-    runs: list[float] = []
-    cpus: list[float] = []
-    with _connect(url) as client, psycopg.connect(url) as conn:
-        _register(client)
-        client.enqueue_batch(_prepared(100))  # warm up: connection, plans
-        for _ in range(ENQUEUE_ROUNDS):
-            # The floor: the same rows generated by the server itself, no client, no parameters.
-            conn.execute(truncate)
-            conn.commit()
-            started = time.perf_counter()
-            conn.execute(floor_insert, (settings.jobs,))
-            conn.commit()
-            floors.append(time.perf_counter() - started)
-            conn.execute(truncate)
-            conn.commit()
-            cpu = time.process_time()
-            started = time.perf_counter()
-            jobs = client.enqueue_batch(_prepared(settings.jobs))
-            runs.append(time.perf_counter() - started)
-            cpus.append(time.process_time() - cpu)
-            assert len(jobs) == settings.jobs
-    return {
-        "jobs": settings.jobs,
-        "seconds": min(runs),
-        "rate": round(rate(settings.jobs, min(runs))),
-        "server_insert_floor_rate": round(rate(settings.jobs, min(floors))),
-        "rounds": {
-            "rates": [round(rate(settings.jobs, t)) for t in runs],
-            "floor_rates": [round(rate(settings.jobs, t)) for t in floors],
-        },
-        "client_cpu_us_per_job": round(min(cpus) / settings.jobs * 1e6, 2),
-    }
-
-
-def measure_burn_down(
-    url: str, settings: Settings, *, flavour: str = "sync", **options: Any
-) -> dict[str, Any]:
-    """One worker in this process drains the backlog; timed from run() to the last write.
-
-    ``options`` are the worker's keyword arguments (none: the defaults a new user gets);
-    ``flavour`` "sync" runs ``def`` jobs on ``postroom.connect``'s worker, "async" runs
-    ``async def`` jobs on ``postroom.connect_async``'s."""
-    backlog = _backlog(url)
-    if flavour == "async":
-        elapsed, cpu = asyncio.run(_burn_down_async(url, backlog, options))
-    else:
-        with _connect(url) as client:
-            _register(client)
-            worker = client.worker(**options)
-            thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
-            started = time.perf_counter()
-            cpu_started = time.process_time()
-            thread.start()
-            while worker.processed < backlog and thread.is_alive():
-                time.sleep(0.002)
-            elapsed = time.perf_counter() - started
-            cpu = time.process_time() - cpu_started
-            worker.stop()
-            thread.join()
-    return {
-        "jobs": backlog,
-        "seconds": elapsed,
-        "rate": round(rate(backlog, elapsed)),
-        "flavour": flavour,
-        "options": {k: v for k, v in options.items()},
-        # CPU seconds of this Python process (all threads) while it drained: close to
-        # `seconds` means the worker is bound by the interpreter (one core, the GIL).
-        "worker_cpu_seconds": round(cpu, 3),
-        "worker_cpu_us_per_job": round(cpu / max(backlog, 1) * 1e6, 1),
-    }
-
-
-async def _burn_down_async(url: str, backlog: int, options: dict[str, Any]) -> tuple[float, float]:
-    async with await postroom.connect_async(url, schema=SCHEMA) as client:
-
-        @client.job("noop")
-        async def noop(n: int) -> None:
-            pass
-
-        worker = client.worker(**options)
-        started = time.perf_counter()
-        cpu_started = time.process_time()
-        task = asyncio.ensure_future(worker.run(handle_signals=False))
-        while worker.processed < backlog and not task.done():  # noqa: ASYNC110 - polls a counter
-            await asyncio.sleep(0.002)
-        elapsed = time.perf_counter() - started
-        cpu = time.process_time() - cpu_started
-        worker.stop()
-        await task
-    return elapsed, cpu
-
-
-def measure_minimal_reference(
-    url: str, settings: Settings, *, async_commit: bool = False
-) -> dict[str, Any]:
-    """The physical reference: the same claim + delete loop on a minimal two-column queue
-    table (``id bigint PRIMARY KEY, claimed boolean``), one connection, in a scratch table
-    this benchmark creates and drops. What the server can do for any SKIP LOCKED queue.
-
-    With the server's settings its 2 x jobs/batch commits wait for WAL flushes; with
-    ``async_commit`` the session runs as postroom's workers do (``synchronous_commit =
-    off``), so the burn-downs are compared with the same commit cost."""
-    table = sql.Identifier(SCHEMA, "reference_queue")
-    claim = sql.SQL(
-        "UPDATE {t} SET claimed = true WHERE id IN (SELECT id FROM {t} WHERE NOT claimed "
-        "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id"
-    ).format(t=table)
-    delete = sql.SQL("DELETE FROM {t} WHERE id = ANY(%s)").format(t=table)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
-        conn.execute(
-            sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, claimed boolean NOT NULL)").format(
-                table
-            )
-        )
-        conn.execute(
-            sql.SQL("INSERT INTO {} SELECT g, false FROM generate_series(1, %s) AS g").format(
-                table
-            ),
-            (settings.jobs,),
-        )
-        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
-    with psycopg.connect(url) as conn:
-        if async_commit:
-            conn.execute("SET synchronous_commit = off")
-            conn.commit()
-        drained, elapsed = _drain(conn, claim, delete, settings.reference_batch)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP TABLE {}").format(table))
-    assert drained == settings.jobs, (drained, settings.jobs)
-    return {"jobs": drained, "seconds": elapsed, "rate": round(rate(drained, elapsed))}
-
-
-def _drain(
-    conn: psycopg.Connection[Any], claim: sql.Composed, delete: sql.Composed, batch: int
-) -> tuple[int, float]:
-    """A reference's loop: claim ``batch`` rows and commit, delete them and commit, until the
-    claim finds nothing. Returns the rows drained and the seconds it took."""
-    drained = 0
-    started = time.perf_counter()
-    while True:
-        rows = conn.execute(claim, (batch,)).fetchall()
-        conn.commit()
-        if not rows:
-            return drained, time.perf_counter() - started
-        conn.execute(delete, ([r[0] for r in rows],))
-        conn.commit()
-        drained += len(rows)
-
-
-def measure_reference(url: str, settings: Settings) -> dict[str, Any]:
-    """The pure-SQL two-step drain of the backlog: claim a batch, commit, delete it, commit."""
-    jobs = sql.Identifier(SCHEMA, "jobs")
-    claim = sql.SQL(
-        "UPDATE {jobs} SET state = 'running', attempts = attempts + 1, worker = 'reference', "
-        "lease_expires_at = now() + interval '30 seconds', started_at = now() "
-        "WHERE id IN (SELECT id FROM {jobs} WHERE state = 'ready' AND queue = 'default' "
-        "AND run_at <= now() ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
-        "RETURNING id, args"
-    ).format(jobs=jobs)
-    delete = sql.SQL("DELETE FROM {jobs} WHERE id = ANY(%s)").format(jobs=jobs)
-    backlog = _backlog(url)
-    with psycopg.connect(url) as conn:
-        drained, elapsed = _drain(conn, claim, delete, settings.reference_batch)
-    assert drained == backlog, (drained, backlog)
-    return {"jobs": drained, "seconds": elapsed, "rate": round(rate(drained, elapsed))}
-
-
-def measure_sustained(url: str, settings: Settings) -> dict[str, Any]:
-    """Enqueue at a steady rate while a worker in another process runs the jobs."""
-    worker = _start_worker_process(url)
-    try:
-        count = max(1, round(settings.rate * settings.seconds))
-        with _connect(url) as client:
-            _register(client)
-            client.enqueue("stamp", {"t": time.time()}).result(timeout=30)  # warm up
-            handles = []
-            calls = []
-            interval = 1.0 / settings.rate
-            begin = time.perf_counter()
-            for i in range(count):
-                target = begin + i * interval
-                pause = target - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
-                called = time.perf_counter()
-                handles.append(client.enqueue("stamp", {"t": time.time()}))
-                calls.append((time.perf_counter() - called) * 1000)
-            elapsed = time.perf_counter() - begin
-            latencies = sorted(float(h.result(timeout=30)) * 1000 for h in handles)
-            calls.sort()
-    finally:
-        _stop_worker_process(worker)
-    return {
-        "jobs": count,
-        "seconds": elapsed,
-        "rate": round(rate(count, elapsed), 1),
-        "p50_ms": round(percentile(latencies, 0.50), 2),
-        "p99_ms": round(percentile(latencies, 0.99), 2),
-        "max_ms": round(latencies[-1], 2),
-        "enqueue_call_p50_ms": round(percentile(calls, 0.50), 2),
-        "enqueue_call_p99_ms": round(percentile(calls, 0.99), 2),
-    }
-
-
-def measure_churn(url: str, settings: Settings) -> dict[str, Any]:
-    """Enqueue batches as fast as one thread can while a worker process drains them; sample
-    the jobs table's dead tuples and size every few seconds."""
-    worker = _start_worker_process(url, keep_finished="0")
-    stop = threading.Event()
-    samples: list[dict[str, Any]] = []
-    enqueued = 0
-
-    def sample() -> None:
-        query = sql.SQL(
-            "SELECT n_live_tup, n_dead_tup, pg_total_relation_size(relid), "
-            "autovacuum_count + vacuum_count "
-            "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'"
-        )
-        with psycopg.connect(url, autocommit=True) as conn:
-            begin = time.perf_counter()
-            while not stop.wait(5.0):
-                row = conn.execute(query, (SCHEMA,)).fetchone()
-                if row is not None:
-                    live, dead, size, vacuums = row
-                    samples.append(
-                        {
-                            "t": round(time.perf_counter() - begin),
-                            "live": live,
-                            "dead": dead,
-                            "bytes": size,
-                            "vacuums": vacuums,
-                            "worker_rss_kb": _common.rss_kb(worker.pid).get("VmRSS", 0),
-                        }
-                    )
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    try:
-        with _connect(url) as client:
-            _register(client)
-            sampler.start()
-            deadline = time.perf_counter() + settings.churn_seconds
-            while time.perf_counter() < deadline:
-                client.enqueue_batch(_prepared(settings.churn_batch))
-                enqueued += settings.churn_batch
-                # Enqueue as fast as the worker drains: churn, not a growing backlog.
-                if enqueued % (settings.churn_batch * 10) == 0:
-                    while _backlog(url) > 10_000 and time.perf_counter() < deadline:
-                        time.sleep(0.1)
-    finally:
-        stop.set()
-        sampler.join()
-        _stop_worker_process(worker)
-    return {
-        "seconds": settings.churn_seconds,
-        "enqueued": enqueued,
-        "final_dead": samples[-1]["dead"] if samples else 0,
-        "final_bytes": samples[-1]["bytes"] if samples else 0,
-        "rate": round(rate(enqueued, settings.churn_seconds)),
-        "max_dead": max((s["dead"] for s in samples), default=0),
-        "max_bytes": max((s["bytes"] for s in samples), default=0),
-        "worker_rss_kb": [s["worker_rss_kb"] for s in samples],
-        "bounded": _common.bounded(samples, ("bytes", "worker_rss_kb")),
-        "samples": samples,
-    }
-
-
-def measure_memory(url: str, settings: Settings) -> dict[str, Any]:
-    """Peak RSS of a worker process holding ``hold_jobs`` claimed-but-not-started jobs: one
-    slot runs a job that blocks until released, ``prefetch=hold_jobs`` holds the rest."""
-    count = settings.hold_jobs
-    with _connect(url) as client:
-        client.enqueue_batch([{"kind": "hold", "args": {"n": n}} for n in range(count + 1)])
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "postroom.benchmarks.queue",
-            "--serve-hold",
-            str(count),
-            "--url",
-            url,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        if proc.stdout.readline().strip() != "ready":
-            raise RuntimeError("the benchmark worker process did not start")
-        before = _common.rss_kb(proc.pid)
-        started = time.perf_counter()
-        held = 0
-        with psycopg.connect(url, autocommit=True) as conn:
-            query = sql.SQL("SELECT count(*) FROM {} WHERE state = 'running'").format(
-                sql.Identifier(SCHEMA, "jobs")
-            )
-            while held < count and time.perf_counter() - started < 120:
-                row = conn.execute(query).fetchone()
-                held = 0 if row is None else int(row[0])
-                time.sleep(0.1)
-        time.sleep(0.5)  # let the buffer settle
-        holding = _common.rss_kb(proc.pid)
-        proc.stdin.write("stop\n")
-        proc.stdin.flush()
-        proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DELETE FROM {} WHERE kind = 'hold'").format(sql.Identifier(SCHEMA, "jobs"))
-        )
-    rss_before = before.get("VmRSS", 0)
-    peak = holding.get("VmHWM", 0)
-    return {
-        "jobs": count,
-        "held": held,
-        "claim_seconds": round(time.perf_counter() - started, 2),
-        "rss_idle_kb": rss_before,
-        "rss_holding_kb": holding.get("VmRSS", 0),
-        "peak_rss_kb": peak,
-        "bytes_per_held_job": round((peak - rss_before) * 1024 / max(held, 1)),
-    }
-
-
-def serve_hold(url: str, count: int) -> int:
-    """The worker process of the memory phase: one slot blocked, ``count`` jobs prefetched;
-    stops when a line arrives on stdin."""
-    release = threading.Event()
-    with _connect(url) as client:
-
-        @client.job("hold")
-        def hold(n: int) -> None:
-            release.wait()
-
-        worker = client.worker(concurrency=1, prefetch=count, shutdown_grace=0)
-        thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
-        print("ready", flush=True)
-        thread.start()
-        sys.stdin.readline()
-        worker.stop()
-        release.set()
-        thread.join()
-    return 0
-
-
-def _backlog(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE state = 'ready'").format(
-                sql.Identifier(SCHEMA, "jobs")
-            )
-        ).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def _start_worker_process(url: str, keep_finished: str = "86400") -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "postroom.benchmarks.queue",
-            "--serve",
-            "--url",
-            url,
-            "--keep-finished",
-            keep_finished,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        proc.kill()
-        raise RuntimeError("the benchmark worker process did not start")
-    return proc
-
-
-def _stop_worker_process(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
-
-
-def serve(url: str, keep_finished: float) -> int:
-    """The worker process of the sustained and churn phases: runs until SIGTERM."""
-    with _connect(url) as client:
-        _register(client)
-        worker = client.worker(keep_finished=keep_finished)  # the defaults a user gets
-        print("ready", flush=True)
-        worker.run()
-    return 0
+# Issue 19's goals against the best peer of the same run (pgmq, PgQueuer):
+TARGET_BURN_DOWN_VS_PEER = 1.2  # burn-down >= 1.2x the best peer's
+TARGET_ENQUEUE_VS_PEER = 1.0  # batch enqueue >= the best peer's
+TARGET_P99_VS_PEER = 0.75  # p99 enqueue-to-start <= 0.75x the best peer's
+TARGET_PINNED_THROUGHPUT = 0.8  # under a pinned horizon, of the clean throughput
+TARGET_PINNED_P99 = 2.0  # under a pinned horizon, p99 within 2x of clean
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -527,16 +89,9 @@ def _burn_downs(settings: Settings) -> list[tuple[str, str, str, dict[str, Any]]
     ]
 
 
-def _refill(url: str, settings: Settings) -> None:
-    if _backlog(url) < settings.jobs:
-        with _connect(url) as client:
-            client.enqueue_batch(_prepared(settings.jobs - _backlog(url)))
-    _vacuum(url)
-
-
 def run(url: str | None, settings: Settings) -> dict[str, Any]:
     resolved = resolve_url(url)
-    _reset_schema(resolved)
+    reset_schema(resolved)
     result: dict[str, Any] = {
         "date": _common.started_at(),
         "server": _common.server_info(resolved),
@@ -545,23 +100,30 @@ def run(url: str | None, settings: Settings) -> dict[str, Any]:
     }
     result["enqueue"] = measure_enqueue(resolved, settings)
     for key, _, flavour, options in _burn_downs(settings):
-        _refill(resolved, settings)
+        refill(resolved, settings)
         result[key] = measure_burn_down(resolved, settings, flavour=flavour, **options)
-    _vacuum(resolved)
+    vacuum(resolved)
     result["minimal_reference"] = measure_minimal_reference(resolved, settings)
     result["minimal_reference_async_commit"] = measure_minimal_reference(
         resolved, settings, async_commit=True
     )
-    _refill(resolved, settings)
+    refill(resolved, settings)
     result["reference"] = measure_reference(resolved, settings)
-    _vacuum(resolved)
+    vacuum(resolved)
     result["sustained"] = measure_sustained(resolved, settings)
+    if settings.peers:
+        result["peers"] = measure_peers(resolved, settings.jobs, settings.rate, settings.seconds)
     if settings.hold_jobs > 0:
-        _vacuum(resolved)
+        vacuum(resolved)
         result["memory"] = measure_memory(resolved, settings)
     if settings.churn_seconds > 0:
-        _vacuum(resolved)
+        vacuum(resolved)
         result["churn"] = measure_churn(resolved, settings)
+    if settings.pinned_seconds > 0:
+        vacuum(resolved)
+        result["pinned_horizon"] = measure_pinned_horizon(
+            resolved, settings.pinned_seconds, settings.pinned_rate
+        )
     result["targets"] = _targets(result, settings)
     return result
 
@@ -571,6 +133,20 @@ def _minimal(result: dict[str, Any]) -> int:
     with the workers' asynchronous commit)."""
     names = ("minimal_reference", "minimal_reference_async_commit")
     return max(1, *(int(result[n]["rate"]) for n in names if n in result))
+
+
+def best_peer(result: dict[str, Any], phase: str, figure: str) -> tuple[str, float] | None:
+    """The peer with the best ``figure`` of ``phase`` in this run (the highest rate, the
+    lowest latency), as (name, value); None when no peer ran."""
+    ran = [
+        (name, float(peer[phase][figure]))
+        for name, peer in result.get("peers", {}).items()
+        if "skipped" not in peer
+    ]
+    if not ran:
+        return None
+    lowest = figure.endswith("_ms")
+    return min(ran, key=lambda p: p[1]) if lowest else max(ran, key=lambda p: p[1])
 
 
 def _targets(result: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -589,6 +165,29 @@ def _targets(result: dict[str, Any], settings: Settings) -> dict[str, Any]:
             TARGET_REFERENCE_RATIO,
         )
     targets["p99_ms"] = (result["sustained"]["p99_ms"], TARGET_P99_MS)
+    burn = best_peer(result, "burn_down", "rate")
+    if burn is not None:
+        for key in ("burn_down", "burn_down_async"):
+            targets[f"{key}_vs_best_peer"] = (
+                round(result[key]["rate"] / max(burn[1], 1), 2),
+                TARGET_BURN_DOWN_VS_PEER,
+            )
+    enqueue = best_peer(result, "enqueue", "rate")
+    if enqueue is not None:
+        targets["enqueue_vs_best_peer"] = (
+            round(result["enqueue"]["rate"] / max(enqueue[1], 1), 2),
+            TARGET_ENQUEUE_VS_PEER,
+        )
+    p99 = best_peer(result, "sustained", "p99_ms")
+    if p99 is not None:
+        targets["p99_vs_best_peer"] = (
+            round(result["sustained"]["p99_ms"] / max(p99[1], 0.01), 2),
+            TARGET_P99_VS_PEER,
+        )
+    if "pinned_horizon" in result:
+        pinned = result["pinned_horizon"]
+        targets["pinned_throughput_ratio"] = (pinned["throughput_ratio"], TARGET_PINNED_THROUGHPUT)
+        targets["pinned_p99_ratio"] = (pinned["p99_ratio"], TARGET_PINNED_P99)
     return targets
 
 
@@ -668,11 +267,41 @@ def format_report(result: dict[str, Any]) -> str:
             + " ".join(f"{r / 1024:.0f}" for r in rss)
             + f"; growth {'bounded' if c['bounded'] else 'UNBOUNDED'}",
         ]
+    lines += _peer_lines(result)
+    if "pinned_horizon" in result:
+        lines += format_pinned(result["pinned_horizon"])
     lines += ["", "targets:"]
     for name, (value, target) in result["targets"].items():
-        met = value <= target if name == "p99_ms" else value >= target
+        met = value <= target if "p99" in name else value >= target
         lines.append(f"  {name:<32} {value:>10,} (target {target:,}) {'met' if met else 'MISSED'}")
     return "\n".join(lines)
+
+
+def _peer_lines(result: dict[str, Any]) -> list[str]:
+    """The peers' figures beside postroom's, same run."""
+    if "peers" not in result:
+        return []
+    lines = ["", "peers, same run (each at its best setting; burn-down timed from start-up):"]
+    for name, peer in result["peers"].items():
+        if "skipped" in peer:
+            lines.append(f"  {name}: skipped: {peer['skipped']}")
+            continue
+        sus = peer["sustained"]
+        lines += [
+            f"  {name} ({peer['setting']}; {peer['install']})",
+            f"    burn-down {peer['burn_down']['rate']:,} jobs/s; batch enqueue "
+            f"{peer['enqueue']['rate']:,} jobs/s; at {sus['rate']} jobs/s enqueue-to-start "
+            f"p50 {sus['p50_ms']} ms, p99 {sus['p99_ms']} ms ({sus['started']} of {sus['jobs']})",
+        ]
+    for phase, figure, label in (
+        ("burn_down", "rate", "burn-down"),
+        ("enqueue", "rate", "batch enqueue"),
+        ("sustained", "p99_ms", "p99 enqueue-to-start"),
+    ):
+        best = best_peer(result, phase, figure)
+        if best is not None:
+            lines.append(f"  best peer, {label}: {best[0]} ({best[1]:,.2f})")
+    return lines
 
 
 def s_obj(settings: dict[str, Any]) -> Settings:
@@ -700,6 +329,18 @@ def main(argv: list[str] | None = None) -> int:
         default=defaults.hold_jobs,
         help="memory phase: claimed-but-not-started jobs a worker holds (0: skip)",
     )
+    parser.add_argument(
+        "--pinned-seconds",
+        type=float,
+        default=0.0,
+        help="also run the pinned-horizon phase: each half (clean, pinned) this long",
+    )
+    parser.add_argument(
+        "--pinned-rate", type=float, default=1_000.0, help="pinned-horizon phase jobs/s"
+    )
+    parser.add_argument(
+        "--no-peers", action="store_true", help="skip the pgmq and PgQueuer comparisons"
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--serve-hold", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -716,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         seconds=1.0 if args.quick else args.seconds,
         churn_seconds=args.churn_seconds,
         hold_jobs=2_000 if args.quick else args.hold_jobs,
+        peers=not args.no_peers,
+        pinned_seconds=args.pinned_seconds,
+        pinned_rate=args.pinned_rate,
     )
     return _common.report(run(args.url, settings), args.json, format_report)
 
