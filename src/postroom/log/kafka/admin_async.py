@@ -49,13 +49,13 @@ class AsyncKafkaAdmin:
     async def _wait(self, future: Any, what: str) -> Any:
         try:
             return await ato_thread(future.result, self.settings.timeout)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a postroom error
+        except Exception as exc:
             raise translate(exc, what, self.where) from exc
 
     async def metadata(self, topic: str | None = None) -> Any:
         try:
             return await ato_thread(self._admin.list_topics, topic, self.settings.timeout)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise translate(exc, "reading metadata", self.where) from exc
 
     async def check_reachable(self) -> None:

@@ -103,6 +103,8 @@ class AsyncKafkaConsumer:
         self._joined = False
         self._positions: dict[TopicPartition, int] = {}  # next offset after what poll returned
         self._read_at: dict[TopicPartition, int] = {}  # the epoch those positions were read at
+        self._uncommitted: set[TopicPartition] = set()  # positions moved since their commit
+        self._lost: set[TopicPartition] = set()  # moved away with uncommitted positions
         self._buffer: list[Message] = []
         self._started = False
         self._closed = False
@@ -118,6 +120,8 @@ class AsyncKafkaConsumer:
 
     def _unassign(self, partitions: Iterable[TopicPartition]) -> None:
         gone = set(partitions)
+        self._lost |= gone & self._uncommitted
+        self._uncommitted -= gone
         for tp in gone:
             self._assigned.pop(tp, None)
             self._positions.pop(tp, None)
@@ -235,6 +239,7 @@ class AsyncKafkaConsumer:
             tp = message.topic_partition
             self._positions[tp] = message.offset + 1
             self._read_at[tp] = self._assigned[tp]
+            self._uncommitted.add(tp)
         return taken
 
     # -- positions ----------------------------------------------------------------------------
@@ -250,9 +255,11 @@ class AsyncKafkaConsumer:
         earlier assignment; nothing is stored then."""
         self._need_group("commit()")
         await self._start()
+        lost: list[TopicPartition] = []
         if offsets is None:
-            wanted = dict(self._positions)
+            wanted = {tp: o for tp, o in self._positions.items() if tp in self._uncommitted}
             epochs = dict(self._read_at)
+            lost, self._lost = sorted(self._lost), set()
         elif isinstance(offsets, Message):
             wanted = {offsets.topic_partition: offsets.offset + 1}
             epochs = {}
@@ -267,20 +274,27 @@ class AsyncKafkaConsumer:
             or (tp in self._read_at and self._read_at[tp] != self._assigned[tp])
         )
         if refused:
-            names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in refused)
-            raise Fenced(
-                f"commit refused: this member of group {self._group!r} no longer holds "
-                f"{names} (the group rebalanced); their new owner goes on from the committed "
-                "offsets"
-            )
-        if not wanted:
-            return
-        tps = [self._kafka.TopicPartition(tp.topic, tp.partition, o) for tp, o in wanted.items()]
-        try:
-            await ato_thread(self._commit, tps)
-        except self._kafka.KafkaException as exc:
-            what = f"committing for group {self._group!r}"
-            raise translate(exc, what, self._admin.where) from exc
+            raise self._fenced(refused)
+        if wanted:
+            tps = [
+                self._kafka.TopicPartition(tp.topic, tp.partition, o) for tp, o in wanted.items()
+            ]
+            try:
+                await ato_thread(self._commit, tps)
+            except self._kafka.KafkaException as exc:
+                what = f"committing for group {self._group!r}"
+                raise translate(exc, what, self._admin.where) from exc
+            self._uncommitted -= {tp for tp, o in wanted.items() if o >= self._positions.get(tp, 0)}
+        if lost:  # polled, then handed over before this commit: their next owner reads them
+            raise self._fenced(lost)
+
+    def _fenced(self, refused: list[TopicPartition]) -> Fenced:
+        names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in refused)
+        return Fenced(
+            f"commit refused: this member of group {self._group!r} no longer holds "
+            f"{names} (the group rebalanced); their new owner goes on from the committed "
+            "offsets"
+        )
 
     def _commit(self, tps: list[Any]) -> None:
         done = self._consumer.commit(offsets=tps, asynchronous=False)
@@ -338,6 +352,7 @@ class AsyncKafkaConsumer:
         self._buffer = [m for m in self._buffer if m.topic_partition != tp]
         self._positions[tp] = offset
         self._read_at[tp] = self._assigned[tp]
+        self._uncommitted.add(tp)
 
     async def rewind(self, unhandled: Iterable[Message]) -> None:
         """Move each partition's position back to the first of ``unhandled``: the next

@@ -197,8 +197,7 @@ class AsyncKafkaLog:
         only."""
         if backlog_timeout is not None:
             raise NotSupported(
-                "backlog_timeout (max_lag admission) needs PostgreSQL: Kafka has no backlog "
-                "limit"
+                "backlog_timeout (max_lag admission) needs PostgreSQL: Kafka has no backlog limit"
             )
         return AsyncKafkaProducer(
             self.admin,
