@@ -14,22 +14,19 @@ from ._db import Database, open_database
 from ._grants import RoleGrant
 from ._schema import Schema
 from .errors import InvalidName
-from .log.admin import UNSET, LogAdmin
+from .log.admin import UNSET
 from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
-from .log.deadletters import DeadLetters
+from .log.engine import Log
 from .log.membership import DEFAULT_MAX_POLL_INTERVAL
-from .log.metadata import TopicCache
 from .log.producer import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_MESSAGES,
     DEFAULT_BUFFER_TIMEOUT,
-    Appender,
     Producer,
 )
 from .log.records import (
-    MAX_VALUE_BYTES,
     GroupInfo,
     HeaderValue,
     Message,
@@ -37,12 +34,8 @@ from .log.records import (
     TopicInfo,
     TopicPartition,
     Value,
-    batch_record,
-    check_name,
-    make_record,
 )
 from .log.runner import Runner
-from .log.subscription import Subscriptions
 from .queue.facade import QueueFacade
 from .queue.serializer import Serializer, check_serializer
 from .relay.inbox import Inbox, prune_inbox
@@ -97,12 +90,9 @@ class Client(QueueFacade):
     def __init__(self, db: Database, *, serializer: Serializer | None = None) -> None:
         self._db = db
         self._serializer = serializer
-        self._topics = TopicCache(db)
-        self._appender = Appender(db, self._topics)
-        self._admin = LogAdmin(db, self._topics)
+        self.log = Log(db)
+        """The log engine: every log method below delegates to it."""
         self._schema = Schema(db)
-        self._subscriptions = Subscriptions()
-        self._dead_letters = DeadLetters(self, db)
 
     @property
     def schema(self) -> str:
@@ -205,8 +195,13 @@ class Client(QueueFacade):
         ``max_lag`` (messages, off by default) refuses writes with :class:`BacklogFull` while
         the slowest active group of a partition is that far behind; ``group_ttl`` (default 7
         days) is how long a group without members or commits stays active. docs/log.md."""
-        return self._admin.create_topic(
-            name, partitions, retention, max_lag, group_ttl, if_not_exists
+        return self.log.create_topic(
+            name,
+            partitions,
+            retention,
+            max_lag=max_lag,
+            group_ttl=group_ttl,
+            if_not_exists=if_not_exists,
         )
 
     def alter_topic(
@@ -219,22 +214,22 @@ class Client(QueueFacade):
     ) -> None:
         """Change a topic's ``max_lag``, ``group_ttl`` or ``retention`` (None: off / the
         default / keep every message). Arguments left out stay as they are."""
-        self._admin.alter_topic(name, max_lag, group_ttl, retention)
+        self.log.alter_topic(name, max_lag=max_lag, group_ttl=group_ttl, retention=retention)
 
     def list_topics(self) -> list[TopicInfo]:
-        return self._admin.list_topics()
+        return self.log.list_topics()
 
     def describe_topic(self, name: str) -> TopicInfo:
         """The topic with each partition's low/high-water marks, message count and bytes."""
-        return self._admin.describe_topic(name)
+        return self.log.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic with its messages and every group's cursors on it."""
-        self._admin.delete_topic(name)
+        self.log.delete_topic(name)
 
     def add_partitions(self, name: str, total: int) -> None:
         """Grow the topic to ``total`` partitions (never fewer). Keys then map anew, as in Kafka."""
-        self._admin.add_partitions(name, total)
+        self.log.add_partitions(name, total)
 
     def apply_retention(
         self, *, group_expiry: timedelta = timedelta(days=7), batch_size: int = 10000
@@ -249,7 +244,7 @@ class Client(QueueFacade):
         ``messages`` afterwards when their role owns it; ``POSTROOM_RETENTION_INTERVAL=off``
         turns that off (docs/log.md, "Retention").
         """
-        return self._admin.apply_retention(group_expiry, batch_size)
+        return self.log.apply_retention(group_expiry=group_expiry, batch_size=batch_size)
 
     # -- producing --------------------------------------------------------------------------
 
@@ -274,8 +269,9 @@ class Client(QueueFacade):
         On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
         first waits up to ``timeout`` seconds for the slowest group to catch up (not with
         ``conn``: the refusal aborts the caller's transaction)."""
-        record = make_record(topic, value, key, headers, partition)
-        return (self._appender.append([record], conn, timeout))[0]
+        return self.log.publish(
+            topic, value, key=key, headers=headers, partition=partition, conn=conn, timeout=timeout
+        )
 
     def publish_batch(
         self,
@@ -290,19 +286,7 @@ class Client(QueueFacade):
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
         ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
-        items = messages if isinstance(messages, list) else list(messages)
-        if (
-            items
-            and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)
-            and check_name("topic", topic)
-        ):
-            # The common case, plain values: written by the lean path, no record per item.
-            partition, first = self._appender.append_values(topic, items, conn, timeout)
-            if first is None:  # in the caller's transaction: offsets are assigned at commit
-                return [Published(partition, None)] * len(items)
-            return [Published(partition, offset) for offset in range(first, first + len(items))]
-        records = [batch_record(topic, item) for item in items]
-        return self._appender.append(records, conn, timeout)
+        return self.log.publish_batch(topic, messages, conn=conn, timeout=timeout)
 
     def producer(
         self,
@@ -319,8 +303,7 @@ class Client(QueueFacade):
         futures fail with :class:`BacklogFull` (default: not retried). ``buffer_messages``,
         ``buffer_bytes`` bound the sends not yet written: a ``send`` into a full buffer
         waits, up to ``buffer_timeout`` seconds, then raises :class:`BufferFull`."""
-        return Producer(
-            self._appender,
+        return self.log.producer(
             linger_ms=linger_ms,
             batch_size=batch_size,
             backlog_timeout=backlog_timeout,
@@ -345,11 +328,9 @@ class Client(QueueFacade):
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
         """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
-        return Consumer(
-            self._db,
-            self._topics,
+        return self.log.consumer(
             group,
-            [topics] if isinstance(topics, str) else topics,
+            topics,
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
             member_id=member_id,
@@ -368,21 +349,21 @@ class Client(QueueFacade):
             @client.subscribe("orders", group="billing", transactional=True)
             async def bill(message, conn): ...
         """
-        return self._subscriptions.decorator(topics, group, options)
+        return self.log.subscribe(topics, group=group, **options)
 
     def runner(self) -> Runner:
         """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
-        return Runner(self, self._subscriptions.items)
+        return self.log.runner()
 
     def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
         """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
-        return self._dead_letters.list(topic, limit)
+        return self.log.list_dead_letters(topic, limit=limit)
 
     def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
         """Publish ``topic``'s dead letters to their source again, each once and marked for the
         group that failed on it (others pass over it); returns how many. ``group`` is the
         replay's own cursor on the dead-letter topic."""
-        return self._dead_letters.replay(topic, group)
+        return self.log.replay_dead_letters(topic, group=group)
 
     def dead_letter(
         self,
@@ -401,7 +382,15 @@ class Client(QueueFacade):
         letter per group and message: returns False, writing nothing, if one was written
         already (by another process that handled the same message). The runner and the relay
         call it; a hand-written consumer loop may too."""
-        return self._dead_letters.write(message, group, error, attempts, topic, headers, conn)
+        return self.log.dead_letter(
+            message,
+            group=group,
+            error=error,
+            attempts=attempts,
+            topic=topic,
+            headers=headers,
+            conn=conn,
+        )
 
     # -- outbox relay -----------------------------------------------------------------------
     # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.
@@ -431,13 +420,13 @@ class Client(QueueFacade):
                 await client.publish_event(conn, "order", 42, "OrderCreated", {"total": 10})
         """
         record = event_record(topic, aggregate_type, aggregate_id, event_type, payload, headers)
-        return (self._appender.append([record], conn))[0]
+        return (self.log.publish_records([record], conn))[0]
 
     def relay(self, topics: str | Iterable[str], sink: Sink | str, **options: Any) -> Relay:
         """A relay carrying ``topics`` to ``sink`` (a URL like ``redis://127.0.0.1:6379`` or a
         :class:`postroom.relay.Sink`); see :class:`AsyncRelay` for the options (``group``,
         ``route``, ``batch_size``, ``max_attempts``, ...). ``relay.run()`` runs it."""
-        return Relay(self, topics, sink, **options)
+        return Relay(self.log, topics, sink, **options)
 
     def inbox(self, conn: object, name: str = "default") -> Inbox:
         """The inbox ``name`` in the transaction of ``conn``: ``seen(message_id)`` records a
@@ -454,16 +443,16 @@ class Client(QueueFacade):
     def relay_status(self, groups: Iterable[str] | None = None) -> list[RelayStatus]:
         """Per relay (its group; default: every group named ``relay.*``): messages pending and
         the age of the oldest pending one, as :class:`RelayStatus`."""
-        return _relay_status(self, groups)
+        return _relay_status(self.log, groups)
 
     # -- groups -----------------------------------------------------------------------------
 
     def list_groups(self) -> list[GroupInfo]:
-        return self._admin.list_groups()
+        return self.log.list_groups()
 
     def describe_group(self, group: str) -> GroupInfo:
         """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
-        return self._admin.describe_group(group)
+        return self.log.describe_group(group)
 
     def reset_group(
         self,
@@ -476,11 +465,11 @@ class Client(QueueFacade):
         """Move a group's cursors on ``topic`` to ``"earliest"``, ``"latest"``, an offset, or the
         first message at or after a datetime. Creates the cursors if the group is new. Returns
         the new next offset per partition. Run it while the group's consumers are stopped."""
-        return self._admin.reset_group(group, topic, to, partition)
+        return self.log.reset_group(group, topic, to=to, partition=partition)
 
     def delete_group(self, group: str) -> None:
         """Forget a group's cursors; a consumer of that group then starts anew."""
-        self._admin.delete_group(group)
+        self.log.delete_group(group)
 
 
 __all__ = ["Client", "connect"]

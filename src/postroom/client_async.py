@@ -12,22 +12,19 @@ from ._db_async import AsyncDatabase, open_database
 from ._grants import RoleGrant
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
-from .log.admin_async import UNSET, AsyncLogAdmin
+from .log.admin_async import UNSET
 from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer_async import AsyncConsumer
-from .log.deadletters_async import AsyncDeadLetters
+from .log.engine_async import AsyncLog
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
-from .log.metadata_async import AsyncTopicCache
 from .log.producer_async import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_MESSAGES,
     DEFAULT_BUFFER_TIMEOUT,
-    AsyncAppender,
     AsyncProducer,
 )
 from .log.records import (
-    MAX_VALUE_BYTES,
     GroupInfo,
     HeaderValue,
     Message,
@@ -35,12 +32,8 @@ from .log.records import (
     TopicInfo,
     TopicPartition,
     Value,
-    batch_record,
-    check_name,
-    make_record,
 )
 from .log.runner_async import AsyncRunner
-from .log.subscription import Subscriptions
 from .queue.facade_async import AsyncQueueFacade
 from .queue.serializer import Serializer, check_serializer
 from .relay.inbox_async import AsyncInbox, prune_inbox
@@ -95,12 +88,9 @@ class AsyncClient(AsyncQueueFacade):
     def __init__(self, db: AsyncDatabase, *, serializer: Serializer | None = None) -> None:
         self._db = db
         self._serializer = serializer
-        self._topics = AsyncTopicCache(db)
-        self._appender = AsyncAppender(db, self._topics)
-        self._admin = AsyncLogAdmin(db, self._topics)
+        self.log = AsyncLog(db)
+        """The log engine: every log method below delegates to it."""
         self._schema = AsyncSchema(db)
-        self._subscriptions = Subscriptions()
-        self._dead_letters = AsyncDeadLetters(self, db)
 
     @property
     def schema(self) -> str:
@@ -203,8 +193,13 @@ class AsyncClient(AsyncQueueFacade):
         ``max_lag`` (messages, off by default) refuses writes with :class:`BacklogFull` while
         the slowest active group of a partition is that far behind; ``group_ttl`` (default 7
         days) is how long a group without members or commits stays active. docs/log.md."""
-        return await self._admin.create_topic(
-            name, partitions, retention, max_lag, group_ttl, if_not_exists
+        return await self.log.create_topic(
+            name,
+            partitions,
+            retention,
+            max_lag=max_lag,
+            group_ttl=group_ttl,
+            if_not_exists=if_not_exists,
         )
 
     async def alter_topic(
@@ -217,22 +212,22 @@ class AsyncClient(AsyncQueueFacade):
     ) -> None:
         """Change a topic's ``max_lag``, ``group_ttl`` or ``retention`` (None: off / the
         default / keep every message). Arguments left out stay as they are."""
-        await self._admin.alter_topic(name, max_lag, group_ttl, retention)
+        await self.log.alter_topic(name, max_lag=max_lag, group_ttl=group_ttl, retention=retention)
 
     async def list_topics(self) -> list[TopicInfo]:
-        return await self._admin.list_topics()
+        return await self.log.list_topics()
 
     async def describe_topic(self, name: str) -> TopicInfo:
         """The topic with each partition's low/high-water marks, message count and bytes."""
-        return await self._admin.describe_topic(name)
+        return await self.log.describe_topic(name)
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic with its messages and every group's cursors on it."""
-        await self._admin.delete_topic(name)
+        await self.log.delete_topic(name)
 
     async def add_partitions(self, name: str, total: int) -> None:
         """Grow the topic to ``total`` partitions (never fewer). Keys then map anew, as in Kafka."""
-        await self._admin.add_partitions(name, total)
+        await self.log.add_partitions(name, total)
 
     async def apply_retention(
         self, *, group_expiry: timedelta = timedelta(days=7), batch_size: int = 10000
@@ -247,7 +242,7 @@ class AsyncClient(AsyncQueueFacade):
         ``messages`` afterwards when their role owns it; ``POSTROOM_RETENTION_INTERVAL=off``
         turns that off (docs/log.md, "Retention").
         """
-        return await self._admin.apply_retention(group_expiry, batch_size)
+        return await self.log.apply_retention(group_expiry=group_expiry, batch_size=batch_size)
 
     # -- producing --------------------------------------------------------------------------
 
@@ -272,8 +267,9 @@ class AsyncClient(AsyncQueueFacade):
         On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
         first waits up to ``timeout`` seconds for the slowest group to catch up (not with
         ``conn``: the refusal aborts the caller's transaction)."""
-        record = make_record(topic, value, key, headers, partition)
-        return (await self._appender.append([record], conn, timeout))[0]
+        return await self.log.publish(
+            topic, value, key=key, headers=headers, partition=partition, conn=conn, timeout=timeout
+        )
 
     async def publish_batch(
         self,
@@ -288,19 +284,7 @@ class AsyncClient(AsyncQueueFacade):
         Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
         ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
-        items = messages if isinstance(messages, list) else list(messages)
-        if (
-            items
-            and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)
-            and check_name("topic", topic)
-        ):
-            # The common case, plain values: written by the lean path, no record per item.
-            partition, first = await self._appender.append_values(topic, items, conn, timeout)
-            if first is None:  # in the caller's transaction: offsets are assigned at commit
-                return [Published(partition, None)] * len(items)
-            return [Published(partition, offset) for offset in range(first, first + len(items))]
-        records = [batch_record(topic, item) for item in items]
-        return await self._appender.append(records, conn, timeout)
+        return await self.log.publish_batch(topic, messages, conn=conn, timeout=timeout)
 
     def producer(
         self,
@@ -317,8 +301,7 @@ class AsyncClient(AsyncQueueFacade):
         futures fail with :class:`BacklogFull` (default: not retried). ``buffer_messages``,
         ``buffer_bytes`` bound the sends not yet written: a ``send`` into a full buffer
         waits, up to ``buffer_timeout`` seconds, then raises :class:`BufferFull`."""
-        return AsyncProducer(
-            self._appender,
+        return self.log.producer(
             linger_ms=linger_ms,
             batch_size=batch_size,
             backlog_timeout=backlog_timeout,
@@ -343,11 +326,9 @@ class AsyncClient(AsyncQueueFacade):
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> AsyncConsumer:
         """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
-        return AsyncConsumer(
-            self._db,
-            self._topics,
+        return self.log.consumer(
             group,
-            [topics] if isinstance(topics, str) else topics,
+            topics,
             partitions=partitions,
             auto_offset_reset=auto_offset_reset,
             member_id=member_id,
@@ -366,21 +347,21 @@ class AsyncClient(AsyncQueueFacade):
             @client.subscribe("orders", group="billing", transactional=True)
             async def bill(message, conn): ...
         """
-        return self._subscriptions.decorator(topics, group, options)
+        return self.log.subscribe(topics, group=group, **options)
 
     def runner(self) -> AsyncRunner:
         """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
-        return AsyncRunner(self, self._subscriptions.items)
+        return self.log.runner()
 
     async def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
         """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
-        return await self._dead_letters.list(topic, limit)
+        return await self.log.list_dead_letters(topic, limit=limit)
 
     async def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
         """Publish ``topic``'s dead letters to their source again, each once and marked for the
         group that failed on it (others pass over it); returns how many. ``group`` is the
         replay's own cursor on the dead-letter topic."""
-        return await self._dead_letters.replay(topic, group)
+        return await self.log.replay_dead_letters(topic, group=group)
 
     async def dead_letter(
         self,
@@ -399,7 +380,15 @@ class AsyncClient(AsyncQueueFacade):
         letter per group and message: returns False, writing nothing, if one was written
         already (by another process that handled the same message). The runner and the relay
         call it; a hand-written consumer loop may too."""
-        return await self._dead_letters.write(message, group, error, attempts, topic, headers, conn)
+        return await self.log.dead_letter(
+            message,
+            group=group,
+            error=error,
+            attempts=attempts,
+            topic=topic,
+            headers=headers,
+            conn=conn,
+        )
 
     # -- outbox relay -----------------------------------------------------------------------
     # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.
@@ -429,13 +418,13 @@ class AsyncClient(AsyncQueueFacade):
                 await client.publish_event(conn, "order", 42, "OrderCreated", {"total": 10})
         """
         record = event_record(topic, aggregate_type, aggregate_id, event_type, payload, headers)
-        return (await self._appender.append([record], conn))[0]
+        return (await self.log.publish_records([record], conn))[0]
 
     def relay(self, topics: str | Iterable[str], sink: Sink | str, **options: Any) -> AsyncRelay:
         """A relay carrying ``topics`` to ``sink`` (a URL like ``redis://127.0.0.1:6379`` or a
         :class:`postroom.relay.Sink`); see :class:`AsyncRelay` for the options (``group``,
         ``route``, ``batch_size``, ``max_attempts``, ...). ``relay.run()`` runs it."""
-        return AsyncRelay(self, topics, sink, **options)
+        return AsyncRelay(self.log, topics, sink, **options)
 
     def inbox(self, conn: object, name: str = "default") -> AsyncInbox:
         """The inbox ``name`` in the transaction of ``conn``: ``seen(message_id)`` records a
@@ -452,16 +441,16 @@ class AsyncClient(AsyncQueueFacade):
     async def relay_status(self, groups: Iterable[str] | None = None) -> list[RelayStatus]:
         """Per relay (its group; default: every group named ``relay.*``): messages pending and
         the age of the oldest pending one, as :class:`RelayStatus`."""
-        return await _relay_status(self, groups)
+        return await _relay_status(self.log, groups)
 
     # -- groups -----------------------------------------------------------------------------
 
     async def list_groups(self) -> list[GroupInfo]:
-        return await self._admin.list_groups()
+        return await self.log.list_groups()
 
     async def describe_group(self, group: str) -> GroupInfo:
         """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
-        return await self._admin.describe_group(group)
+        return await self.log.describe_group(group)
 
     async def reset_group(
         self,
@@ -474,11 +463,11 @@ class AsyncClient(AsyncQueueFacade):
         """Move a group's cursors on ``topic`` to ``"earliest"``, ``"latest"``, an offset, or the
         first message at or after a datetime. Creates the cursors if the group is new. Returns
         the new next offset per partition. Run it while the group's consumers are stopped."""
-        return await self._admin.reset_group(group, topic, to, partition)
+        return await self.log.reset_group(group, topic, to=to, partition=partition)
 
     async def delete_group(self, group: str) -> None:
         """Forget a group's cursors; a consumer of that group then starts anew."""
-        await self._admin.delete_group(group)
+        await self.log.delete_group(group)
 
 
 __all__ = ["AsyncClient", "connect_async"]  # sync: __all__ = ["Client", "connect"]

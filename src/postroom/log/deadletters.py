@@ -21,12 +21,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._db import Database
 from ..errors import InvalidArgument, TopicExists, TopicNotFound
-from .records import MAX_HEADER_BYTES, MAX_HEADERS, HeaderValue, Message, check_name
+from .records import (
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    HeaderValue,
+    Message,
+    TopicPartition,
+    check_name,
+)
 from .subscription import DLQ_SUFFIX
+
+if TYPE_CHECKING:
+    from .engine import Log
 
 log = logging.getLogger("postroom.dlq")
 
@@ -93,10 +103,10 @@ def _text(value: HeaderValue | None) -> str | None:
 
 
 class DeadLetters:
-    """Writes, reads and replays dead-letter topics through the client's public operations."""
+    """Writes, reads and replays dead-letter topics through the log engine's operations."""
 
-    def __init__(self, client: Any, db: Database) -> None:
-        self._client = client
+    def __init__(self, engine: Log, db: Database) -> None:
+        self._log = engine
         self._db = db
 
     def write(
@@ -129,10 +139,10 @@ class DeadLetters:
         }
         letter = fit_headers(message.headers, own)
         try:
-            self._client.describe_topic(target)  # before the claim, which it would undo
+            self._log.describe_topic(target)  # before the claim, which it would undo
         except TopicNotFound:
             try:
-                self._client.create_topic(target)
+                self._log.create_topic(target)
             except TopicExists:
                 pass  # another process created it meanwhile
         with self._db.connection(conn) as tx:
@@ -142,7 +152,7 @@ class DeadLetters:
             row = cur.fetchone()
             if row is None or not row[0]:
                 return False
-            self._client.publish(target, message.value, key=message.key, headers=letter, conn=tx)
+            self._log.publish(target, message.value, key=message.key, headers=letter, conn=tx)
         return True
 
     def _exists(self, topic: str) -> bool:
@@ -150,9 +160,9 @@ class DeadLetters:
         started) is no error when the source topic exists; raises TopicNotFound if neither
         does."""
         try:
-            self._client.describe_topic(dead_letter_topic(topic))
+            self._log.describe_topic(dead_letter_topic(topic))
         except TopicNotFound:
-            self._client.describe_topic(topic.removesuffix(DLQ_SUFFIX))
+            self._log.describe_topic(topic.removesuffix(DLQ_SUFFIX))
             return False
         return True
 
@@ -162,7 +172,7 @@ class DeadLetters:
         found: list[Message] = []
         if not self._exists(topic):
             return found
-        with self._client.consumer(None, dead_letter_topic(topic)) as peek:
+        with self._log.consumer(None, dead_letter_topic(topic)) as peek:
             while len(found) < limit:
                 batch = peek.poll(timeout=0, max_messages=limit - len(found))
                 if not batch:
@@ -181,9 +191,9 @@ class DeadLetters:
             return replayed
         source_default = topic.removesuffix(DLQ_SUFFIX)
         dlq = dead_letter_topic(topic)
-        meta = self._client.describe_topic(dlq)
-        partitions = [(dlq, p) for p in range(meta.partitions)]
-        with self._client.consumer(group, dlq, partitions=partitions) as consumer:
+        meta = self._log.describe_topic(dlq)
+        partitions = [TopicPartition(dlq, p) for p in range(meta.partitions)]
+        with self._log.consumer(group, dlq, partitions=partitions) as consumer:
             while True:
                 with consumer.transaction(max_messages=500) as batch:
                     for message in batch:
@@ -192,7 +202,7 @@ class DeadLetters:
                             # A savepoint: a refused publish leaves the batch's transaction
                             # usable for the dead letters after it.
                             with batch.connection.transaction():
-                                self._client.publish(
+                                self._log.publish(
                                     source or source_default,
                                     message.value,
                                     key=message.key,

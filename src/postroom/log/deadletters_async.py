@@ -19,12 +19,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, TopicExists, TopicNotFound
-from .records import MAX_HEADER_BYTES, MAX_HEADERS, HeaderValue, Message, check_name
+from .records import (
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    HeaderValue,
+    Message,
+    TopicPartition,
+    check_name,
+)
 from .subscription import DLQ_SUFFIX
+
+if TYPE_CHECKING:
+    from .engine_async import AsyncLog
 
 log = logging.getLogger("postroom.dlq")
 
@@ -91,10 +101,10 @@ def _text(value: HeaderValue | None) -> str | None:
 
 
 class AsyncDeadLetters:
-    """Writes, reads and replays dead-letter topics through the client's public operations."""
+    """Writes, reads and replays dead-letter topics through the log engine's operations."""
 
-    def __init__(self, client: Any, db: AsyncDatabase) -> None:
-        self._client = client
+    def __init__(self, engine: AsyncLog, db: AsyncDatabase) -> None:
+        self._log = engine
         self._db = db
 
     async def write(
@@ -127,10 +137,10 @@ class AsyncDeadLetters:
         }
         letter = fit_headers(message.headers, own)
         try:
-            await self._client.describe_topic(target)  # before the claim, which it would undo
+            await self._log.describe_topic(target)  # before the claim, which it would undo
         except TopicNotFound:
             try:
-                await self._client.create_topic(target)
+                await self._log.create_topic(target)
             except TopicExists:
                 pass  # another process created it meanwhile
         async with self._db.connection(conn) as tx:
@@ -140,9 +150,7 @@ class AsyncDeadLetters:
             row = await cur.fetchone()
             if row is None or not row[0]:
                 return False
-            await self._client.publish(
-                target, message.value, key=message.key, headers=letter, conn=tx
-            )
+            await self._log.publish(target, message.value, key=message.key, headers=letter, conn=tx)
         return True
 
     async def _exists(self, topic: str) -> bool:
@@ -150,9 +158,9 @@ class AsyncDeadLetters:
         started) is no error when the source topic exists; raises TopicNotFound if neither
         does."""
         try:
-            await self._client.describe_topic(dead_letter_topic(topic))
+            await self._log.describe_topic(dead_letter_topic(topic))
         except TopicNotFound:
-            await self._client.describe_topic(topic.removesuffix(DLQ_SUFFIX))
+            await self._log.describe_topic(topic.removesuffix(DLQ_SUFFIX))
             return False
         return True
 
@@ -162,7 +170,7 @@ class AsyncDeadLetters:
         found: list[Message] = []
         if not await self._exists(topic):
             return found
-        async with self._client.consumer(None, dead_letter_topic(topic)) as peek:
+        async with self._log.consumer(None, dead_letter_topic(topic)) as peek:
             while len(found) < limit:
                 batch = await peek.poll(timeout=0, max_messages=limit - len(found))
                 if not batch:
@@ -181,9 +189,9 @@ class AsyncDeadLetters:
             return replayed
         source_default = topic.removesuffix(DLQ_SUFFIX)
         dlq = dead_letter_topic(topic)
-        meta = await self._client.describe_topic(dlq)
-        partitions = [(dlq, p) for p in range(meta.partitions)]
-        async with self._client.consumer(group, dlq, partitions=partitions) as consumer:
+        meta = await self._log.describe_topic(dlq)
+        partitions = [TopicPartition(dlq, p) for p in range(meta.partitions)]
+        async with self._log.consumer(group, dlq, partitions=partitions) as consumer:
             while True:
                 async with consumer.transaction(max_messages=500) as batch:
                     for message in batch:
@@ -192,7 +200,7 @@ class AsyncDeadLetters:
                             # A savepoint: a refused publish leaves the batch's transaction
                             # usable for the dead letters after it.
                             async with batch.connection.transaction():
-                                await self._client.publish(
+                                await self._log.publish(
                                     source or source_default,
                                     message.value,
                                     key=message.key,

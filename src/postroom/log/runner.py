@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -37,6 +37,9 @@ from .consumer import Batch, Consumer
 from .deadletters import replay_for_another_group
 from .records import Message, TopicPartition
 from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .engine import Log
 
 log = logging.getLogger("postroom.runner")
 
@@ -58,8 +61,8 @@ class Runner:
     await runner.run()  # until SIGTERM/SIGINT, or runner.stop()
     """
 
-    def __init__(self, client: Any, subscriptions: Iterable[Subscription]) -> None:
-        self._client = client
+    def __init__(self, engine: Log, subscriptions: Iterable[Subscription]) -> None:
+        self._log = engine
         self.subscriptions = list(subscriptions)
         self._stop = Event()
         self._errors: list[BaseException] = []
@@ -95,7 +98,7 @@ class Runner:
         for sub in self.subscriptions:
             for topic in sub.topics:
                 try:
-                    self._client.create_topic(sub.dead_letter_for(topic))
+                    self._log.create_topic(sub.dead_letter_for(topic))
                 except TopicExists:
                     pass
                 except SchemaNotReady:
@@ -112,7 +115,7 @@ class Runner:
             while not self._stop.is_set():
                 try:
                     if consumer is None:
-                        consumer = self._client.consumer(
+                        consumer = self._log.consumer(
                             sub.group,
                             list(sub.topics),
                             session_timeout=sub.session_timeout,
@@ -268,7 +271,7 @@ class Runner:
     ) -> None:
         attempts, error = failure
         target = sub.dead_letter_for(message.topic)
-        written = self._client.dead_letter(
+        written = self._log.dead_letter(
             message,
             group=sub.group,
             error=_describe(error),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -35,6 +35,9 @@ from .consumer_async import AsyncBatch, AsyncConsumer
 from .deadletters_async import replay_for_another_group
 from .records import Message, TopicPartition
 from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .engine_async import AsyncLog
 
 log = logging.getLogger("postroom.runner")
 
@@ -56,8 +59,8 @@ class AsyncRunner:
     await runner.run()  # until SIGTERM/SIGINT, or runner.stop()
     """
 
-    def __init__(self, client: Any, subscriptions: Iterable[Subscription]) -> None:
-        self._client = client
+    def __init__(self, engine: AsyncLog, subscriptions: Iterable[Subscription]) -> None:
+        self._log = engine
         self.subscriptions = list(subscriptions)
         self._stop = AEvent()
         self._errors: list[BaseException] = []
@@ -93,7 +96,7 @@ class AsyncRunner:
         for sub in self.subscriptions:
             for topic in sub.topics:
                 try:
-                    await self._client.create_topic(sub.dead_letter_for(topic))
+                    await self._log.create_topic(sub.dead_letter_for(topic))
                 except TopicExists:
                     pass
                 except SchemaNotReady:
@@ -110,7 +113,7 @@ class AsyncRunner:
             while not self._stop.is_set():
                 try:
                     if consumer is None:
-                        consumer = self._client.consumer(
+                        consumer = self._log.consumer(
                             sub.group,
                             list(sub.topics),
                             session_timeout=sub.session_timeout,
@@ -270,7 +273,7 @@ class AsyncRunner:
     ) -> None:
         attempts, error = failure
         target = sub.dead_letter_for(message.topic)
-        written = await self._client.dead_letter(
+        written = await self._log.dead_letter(
             message,
             group=sub.group,
             error=_describe(error),

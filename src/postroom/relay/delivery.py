@@ -24,7 +24,7 @@ from .routing import Outbound
 from .sinks import Sink
 
 if TYPE_CHECKING:
-    from ..client_async import AsyncClient
+    from ..log.engine_async import AsyncLog
 
 log = logging.getLogger("postroom.relay")
 
@@ -61,7 +61,7 @@ class Delivery:
 
     def __init__(
         self,
-        client: AsyncClient,
+        engine: AsyncLog,
         sink: Sink,
         *,
         group: str,
@@ -71,7 +71,7 @@ class Delivery:
         max_attempts: int,
         dead_letter_topic: str,
     ) -> None:
-        self._client = client
+        self._log = engine
         self.sink = sink
         self.group = group
         self.counters = counters
@@ -153,5 +153,5 @@ class Delivery:
             "headers": {DLQ_PREFIX + "sink": self.sink.description},
         }
         # False: another relay that handled the same message wrote it already.
-        if await self._client.dead_letter(message, **letter):  # creates the topic if missing
+        if await self._log.dead_letter(message, **letter):  # creates the topic if missing
             self.counters.dead_lettered += 1

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 
 from .._checks import safe_str
+from .._db_async import open_database
 from .._reconnect import reconnect_delay
 from ..errors import (
     DatabaseUnavailable,
@@ -35,6 +36,7 @@ from ..errors import (
     TopicNotFound,
 )
 from ..log.deadletters_async import REPLAY_GROUP, replay_for_another_group
+from ..log.engine_async import AsyncLog
 from ..log.records import Message, TopicPartition, check_member_id, check_name
 from ..log.subscription import DLQ_SUFFIX
 from ..queue.backoff import Backoff
@@ -43,8 +45,7 @@ from .routing import Outbound, Route
 from .sinks import Sink, open_sink
 
 if TYPE_CHECKING:
-    from ..client import Client
-    from ..client_async import AsyncClient
+    from ..log.engine import Log
 
 log = logging.getLogger("postroom.relay")
 
@@ -85,7 +86,7 @@ class AsyncRelay:
 
     def __init__(
         self,
-        client: AsyncClient,
+        engine: AsyncLog,
         topics: str | Iterable[str],
         sink: Sink | str,
         *,
@@ -100,7 +101,7 @@ class AsyncRelay:
         session_timeout: float | None = None,
         **sink_options: Any,
     ) -> None:
-        self._client = client
+        self._log = engine
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         if not self.topics:
             raise InvalidArgument("a relay needs at least one topic")
@@ -145,7 +146,7 @@ class AsyncRelay:
         self._db_failures = 0
         self._stopping = asyncio.Event()
         self._delivery = Delivery(
-            client,
+            engine,
             self.sink,
             group=self.group,
             counters=self.counters,
@@ -187,7 +188,7 @@ class AsyncRelay:
             self._db_failures = 0
             while not self.stopping:
                 try:
-                    consumer = self._client.consumer(
+                    consumer = self._log.consumer(
                         self.group, self.topics, on_revoke=self._on_revoke, **self._membership
                     )
                     async with consumer:
@@ -201,7 +202,7 @@ class AsyncRelay:
             await self.sink.close()
 
     async def _check_topics(self) -> None:
-        known = {t.name for t in await self._client.list_topics()}
+        known = {t.name for t in await self._log.list_topics()}
         missing = [t for t in self.topics if t not in known]
         if missing:
             raise TopicNotFound(
@@ -392,9 +393,9 @@ class Relay:
     """
 
     def __init__(
-        self, client: Client, topics: str | Iterable[str], sink: Sink | str, **options: Any
+        self, engine: Log, topics: str | Iterable[str], sink: Sink | str, **options: Any
     ) -> None:
-        self._client = client
+        self._engine = engine
         self._topics = topics
         self._sink = sink
         self._options = options
@@ -422,14 +423,11 @@ class Relay:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        from ..client_async import connect_async
-
         # Four connections: a poll and the commit of the batch in flight run at once, beside
         # the heartbeat and a dead letter's publish.
-        async with await connect_async(
-            self._client.conninfo, schema=self._client.schema, max_size=4
-        ) as aclient:
-            relay = AsyncRelay(aclient, self._topics, self._sink, **self._options)
+        db = await open_database(self._engine.conninfo, self._engine.schema, 1, 4)
+        try:
+            relay = AsyncRelay(AsyncLog(db), self._topics, self._sink, **self._options)
             self._relay = relay
             relay._loop = asyncio.get_running_loop()
             if self._stop_requested.is_set():
@@ -439,6 +437,8 @@ class Relay:
                 await relay.run()
             finally:
                 restore()
+        finally:
+            await db.pool.close()
 
     def stop(self) -> None:
         self._stop_requested.set()

@@ -11,23 +11,23 @@ from ..errors import GroupNotFound
 from .records import RELAY_GROUP_PREFIX, RelayStatus
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from ..log.engine import Log
 
 
-def relay_status(client: Client, groups: Iterable[str] | None = None) -> list[RelayStatus]:
+def relay_status(engine: Log, groups: Iterable[str] | None = None) -> list[RelayStatus]:
     """The status of the relays ``groups`` (default: every group named ``relay.*``).
 
     Raises :class:`GroupNotFound` for a named group that has never committed."""
     if groups is None:
         names = sorted(
-            g.name for g in client.list_groups() if g.name.startswith(RELAY_GROUP_PREFIX)
+            g.name for g in engine.list_groups() if g.name.startswith(RELAY_GROUP_PREFIX)
         )
     else:
         names = list(groups)
     statuses = []
     for name in names:
         try:
-            info = client.describe_group(name)
+            info = engine.describe_group(name)
         except GroupNotFound:
             raise GroupNotFound(
                 f"unknown relay {name!r}: no relay of that group has started yet"

@@ -9,25 +9,23 @@ from ..errors import GroupNotFound
 from .records import RELAY_GROUP_PREFIX, RelayStatus
 
 if TYPE_CHECKING:
-    from ..client_async import AsyncClient
+    from ..log.engine_async import AsyncLog
 
 
-async def relay_status(
-    client: AsyncClient, groups: Iterable[str] | None = None
-) -> list[RelayStatus]:
+async def relay_status(engine: AsyncLog, groups: Iterable[str] | None = None) -> list[RelayStatus]:
     """The status of the relays ``groups`` (default: every group named ``relay.*``).
 
     Raises :class:`GroupNotFound` for a named group that has never committed."""
     if groups is None:
         names = sorted(
-            g.name for g in await client.list_groups() if g.name.startswith(RELAY_GROUP_PREFIX)
+            g.name for g in await engine.list_groups() if g.name.startswith(RELAY_GROUP_PREFIX)
         )
     else:
         names = list(groups)
     statuses = []
     for name in names:
         try:
-            info = await client.describe_group(name)
+            info = await engine.describe_group(name)
         except GroupNotFound:
             raise GroupNotFound(
                 f"unknown relay {name!r}: no relay of that group has started yet"
