@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from ...errors import InvalidArgument, NotSupported, TopicExists, TopicNotFound
 from ..assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
@@ -77,6 +77,18 @@ class KafkaLog:
     @property
     def description(self) -> str:
         return self.settings.description
+
+    @property
+    def schema(self) -> str:
+        """``"kafka"``: a Kafka cluster has no postroom schema."""
+        return "kafka"
+
+    def lag(self, group: str) -> int:
+        """The messages ``group`` has not committed, over all its partitions."""
+        return (self.describe_group(group)).lag
+
+    def publish_records(self, records: Any, conn: object = None) -> list[Published]:
+        raise NotSupported(IN_TRANSACTION)
 
     def close(self) -> None:
         if self._producer is not None:
@@ -151,7 +163,7 @@ class KafkaLog:
         _refuse_conn(conn)
         producer = self._shared_producer()
         sent = producer.send(topic, value, key=key, headers=headers, partition=partition)
-        published = sent.result()
+        published: Published = sent.result()
         return published
 
     def publish_batch(
@@ -180,7 +192,7 @@ class KafkaLog:
             )
         results = []
         for sent in futures:
-            published = sent.result()
+            published: Published = sent.result()
             results.append(published)
         return results
 
@@ -253,7 +265,7 @@ class KafkaLog:
 
     def runner(self) -> Runner:
         """The runner of the ``subscribe`` handlers, as on PostgreSQL."""
-        return Runner(self, self._subscriptions.items)
+        return Runner(cast(Any, self), self._subscriptions.items)  # the same surface
 
     # -- dead letters -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from ...errors import InvalidArgument, NotSupported, TopicExists, TopicNotFound
 from ..assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
@@ -75,6 +75,18 @@ class AsyncKafkaLog:
     @property
     def description(self) -> str:
         return self.settings.description
+
+    @property
+    def schema(self) -> str:
+        """``"kafka"``: a Kafka cluster has no postroom schema."""
+        return "kafka"
+
+    async def lag(self, group: str) -> int:
+        """The messages ``group`` has not committed, over all its partitions."""
+        return (await self.describe_group(group)).lag
+
+    async def publish_records(self, records: Any, conn: object = None) -> list[Published]:
+        raise NotSupported(IN_TRANSACTION)
 
     async def close(self) -> None:
         if self._producer is not None:
@@ -149,7 +161,7 @@ class AsyncKafkaLog:
         _refuse_conn(conn)
         producer = await self._shared_producer()
         sent = await producer.send(topic, value, key=key, headers=headers, partition=partition)
-        published: Published = await sent  # sync: published = sent.result()
+        published: Published = await sent  # sync: published: Published = sent.result()
         return published
 
     async def publish_batch(
@@ -178,7 +190,7 @@ class AsyncKafkaLog:
             )
         results = []
         for sent in futures:
-            published: Published = await sent  # sync: published = sent.result()
+            published: Published = await sent  # sync: published: Published = sent.result()
             results.append(published)
         return results
 
@@ -251,7 +263,7 @@ class AsyncKafkaLog:
 
     def runner(self) -> AsyncRunner:
         """The runner of the ``subscribe`` handlers, as on PostgreSQL."""
-        return AsyncRunner(self, self._subscriptions.items)
+        return AsyncRunner(cast(Any, self), self._subscriptions.items)  # the same surface
 
     # -- dead letters -----------------------------------------------------------------------
 
