@@ -77,7 +77,9 @@ class KafkaAdmin:
         count = self.cached_partitions(topic)
         if count is not None:
             return count
-        metadata = self.metadata(topic)
+        # Every topic's metadata, not ``topic``'s: a request naming a missing topic makes
+        # brokers that auto-create topics (Tansu does) create it.
+        metadata = self.metadata()
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             self._counts.pop(topic, None)
@@ -213,11 +215,14 @@ class KafkaAdmin:
         holders = self._holders(group)
         marks: dict[str, list[tuple[int, int]]] = {}
         lags = []
-        for topic, partition in sorted(committed):
-            if topic not in marks:
-                marks[topic] = self.watermarks(topic, self.partitions(topic))
+        for topic in sorted({topic for topic, _ in committed}):
+            marks[topic] = self.watermarks(topic, self.partitions(topic))
+        # Every partition of the group's topics, as on PostgreSQL: one without a commit
+        # yet counts from the earliest offset (the group reads it from there).
+        every = [(t, p) for t in sorted(marks) for p in range(len(marks[t]))]
+        for topic, partition in every:
             low, high = marks[topic][partition]
-            offset = committed[(topic, partition)]
+            offset = committed.get((topic, partition), low)
             lag = max(high - max(offset, low), 0)
             lost = max(low - offset, 0)
             lags.append(

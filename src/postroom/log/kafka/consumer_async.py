@@ -105,6 +105,7 @@ class AsyncKafkaConsumer:
         self._read_at: dict[TopicPartition, int] = {}  # the epoch those positions were read at
         self._uncommitted: set[TopicPartition] = set()  # positions moved since their commit
         self._lost: set[TopicPartition] = set()  # moved away with uncommitted positions
+        self._ever_held: set[TopicPartition] = set()
         self._buffer: list[Message] = []
         self._started = False
         self._closed = False
@@ -113,6 +114,7 @@ class AsyncKafkaConsumer:
 
     def _assign(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
+            self._ever_held.add(tp)
             self._epochs += 1
             self._assigned[tp] = self._epochs
             self._positions.pop(tp, None)
@@ -266,6 +268,11 @@ class AsyncKafkaConsumer:
         else:
             wanted = {TopicPartition(*tp): check_offset(o) for tp, o in offsets.items()}
             epochs = {}
+        strangers = sorted(set(wanted) - self._ever_held)
+        if strangers:
+            raise InvalidArgument(
+                f"partition {strangers[0]} is not assigned to this consumer (never was)"
+            )
         refused = sorted(
             tp
             for tp in wanted
