@@ -24,7 +24,7 @@ from tests.blocking import Blocking, EventLoopThread
 from tests.conftest import Server
 
 BACKENDS = ("postgresql", "kafka", "kafka-async")
-KAFKA_CONSUMER = {"session_timeout": 6, "max_poll_interval": 10}
+KAFKA_CONSUMER: dict[str, Any] = {"session_timeout": 6, "max_poll_interval": 10}
 """Member settings for the conformance tests (on both backends, so they compare alike)."""
 
 
