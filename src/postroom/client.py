@@ -20,6 +20,7 @@ from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
 from .log.engine import Log
 from .log.kafka.engine import open_kafka_log
+from .log.kafka.move import TopicMove, open_move
 from .log.kafka.nodatabase import NoDatabase
 from .log.kafka.settings import is_kafka_url
 from .log.membership import DEFAULT_MAX_POLL_INTERVAL
@@ -458,6 +459,11 @@ class Client(QueueFacade):
         """Per relay (its group; default: every group named ``relay.*``): messages pending and
         the age of the oldest pending one, as :class:`RelayStatus`."""
         return _relay_status(self.log, groups)
+
+    def move_topic(self, topic: str, *, to: str) -> TopicMove:
+        """A prepared move of ``topic`` to the Kafka cluster at ``to`` (``kafka://...``): see
+        ``AsyncTopicMove`` and docs/kafka.md, "Moving a topic"; ``close()`` it when done."""
+        return open_move(self.log, topic, to)
 
     # -- groups -----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer_async import AsyncConsumer
 from .log.engine_async import AsyncLog
 from .log.kafka.engine_async import open_kafka_log
+from .log.kafka.move_async import AsyncTopicMove, open_move
 from .log.kafka.nodatabase_async import AsyncNoDatabase
 from .log.kafka.settings import is_kafka_url
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
@@ -456,6 +457,11 @@ class AsyncClient(AsyncQueueFacade):
         """Per relay (its group; default: every group named ``relay.*``): messages pending and
         the age of the oldest pending one, as :class:`RelayStatus`."""
         return await _relay_status(self.log, groups)
+
+    async def move_topic(self, topic: str, *, to: str) -> AsyncTopicMove:
+        """A prepared move of ``topic`` to the Kafka cluster at ``to`` (``kafka://...``): see
+        ``AsyncTopicMove`` and docs/kafka.md, "Moving a topic"; ``close()`` it when done."""
+        return await open_move(self.log, topic, to)
 
     # -- groups -----------------------------------------------------------------------------
 
