@@ -208,15 +208,16 @@ class KafkaConsumer:
             records = [] if first is None else [first]
             if records and limit > 1:
                 records += self._call(self._consumer.consume, limit - 1, 0)
+        assigned = self._assigned  # keyed by TopicPartition, a tuple: (topic, p) finds it
+        buffer = self._buffer
         for record in records:
             error = record.error()
             if error is not None:
                 if error.code() == self._kafka.KafkaError._PARTITION_EOF:
                     continue
                 raise translate(self._kafka.KafkaException(error), "consuming", self._admin.where)
-            message = to_message(record)
-            if message.topic_partition in self._assigned:
-                self._buffer.append(message)
+            if (record.topic(), record.partition()) in assigned:
+                buffer.append(to_message(record))
 
     def poll(
         self, timeout: float = 1.0, max_messages: int = 500, max_bytes: int = 50 * 1024 * 1024
@@ -231,17 +232,20 @@ class KafkaConsumer:
         self._start()
         if not self._buffer:
             self._fetch(float(timeout), max_messages)
-        taken: list[Message] = []
-        size = 0
-        while self._buffer and len(taken) < max_messages:
-            message = self._buffer[0]
+        buffer = self._buffer
+        count, size = 0, 0
+        for message in buffer[:max_messages]:
             size += len(message.value) + len(message.key or b"")
-            if taken and size > max_bytes:
+            if count and size > max_bytes:
                 break
-            taken.append(self._buffer.pop(0))
+            count += 1
+        taken, self._buffer = buffer[:count], buffer[count:]
+        ends: dict[tuple[str, int], int] = {}
         for message in taken:
-            tp = message.topic_partition
-            self._positions[tp] = message.offset + 1
+            ends[message.topic, message.partition] = message.offset + 1
+        for (topic, partition), end in ends.items():
+            tp = TopicPartition(topic, partition)
+            self._positions[tp] = end
             self._read_at[tp] = self._assigned[tp]
             self._uncommitted.add(tp)
         return taken

@@ -11,13 +11,13 @@ seconds, then raises :class:`BufferFull`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..._acompat import ato_thread
+from ..._futures import Sends
 from ...errors import BufferFull, InvalidArgument, ProducerClosed
 from ..records import HeaderValue, Published, Value, make_record
 from .admin_async import AsyncKafkaAdmin
@@ -27,6 +27,10 @@ from .messages import kafka_headers
 
 DEFAULT_BUFFER_MESSAGES = 100_000
 DEFAULT_BUFFER_TIMEOUT = 60.0
+SENDS_PER_GROUP = 10_000
+"""Sends whose outcomes one ``Sends`` holds: a ``concurrent.futures.Future`` per send (a
+condition and a lock each) was 40% of a send's cost; a ``SendFuture`` builds its condition only
+when waited on (postroom/_futures.py)."""
 
 
 class AsyncKafkaProducer:
@@ -62,6 +66,8 @@ class AsyncKafkaProducer:
         }
         self._producer = kafka.Producer(config)
         self._kafka = kafka
+        self._sends = Sends()
+        self._sends_lock = threading.Lock()
         self._closed = False
         self._stop = threading.Event()
         self._reporter = threading.Thread(
@@ -74,15 +80,20 @@ class AsyncKafkaProducer:
         while not self._stop.is_set():
             self._producer.poll(0.1)
 
-    def _delivered(self, future: concurrent.futures.Future[Published], err: Any, msg: Any) -> None:
-        if future.done():
-            return
+    def _delivered(self, sends: Sends, index: int, err: Any, msg: Any) -> None:
         if err is not None:
-            future.set_exception(
-                translate(self._kafka.KafkaException(err), "producing", self._admin.where)
-            )
+            error = translate(self._kafka.KafkaException(err), "producing", self._admin.where)
+            sends.set_exception(index, error)
         else:
-            future.set_result(Published(msg.partition(), msg.offset()))
+            sends.set_result(index, Published(msg.partition(), msg.offset()))
+
+    def _next_future(self) -> tuple[Sends, Any]:
+        with self._sends_lock:
+            sends = self._sends
+            done = sends.new()
+            if done._index + 1 >= SENDS_PER_GROUP:
+                self._sends = Sends()
+        return sends, done
 
     async def send(
         self,
@@ -103,7 +114,8 @@ class AsyncKafkaProducer:
             raise InvalidArgument(
                 f"invalid partition {record.partition}: topic {topic!r} has {count} partitions"
             )
-        done: concurrent.futures.Future[Published] = concurrent.futures.Future()
+        sends, done = self._next_future()
+        index = done._index
         deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
         while True:
             try:
@@ -113,7 +125,7 @@ class AsyncKafkaProducer:
                     key=record.key,
                     headers=kafka_headers(record.headers),
                     partition=-1 if record.partition is None else record.partition,
-                    on_delivery=lambda err, msg: self._delivered(done, err, msg),
+                    on_delivery=lambda err, msg: self._delivered(sends, index, err, msg),
                 )
                 break
             except BufferError:
