@@ -3,10 +3,13 @@ doing the same work in the same run, on the same broker.
 
 1. **raw produce**: a confluent-kafka producer with the settings postroom's Kafka producer uses
    (idempotent, ``acks=all``, ``linger.ms``, ``murmur2_random``) produces ``messages``
-   100-byte values, then flushes: the produce reference;
+   100-byte values, each with a delivery callback that keeps its partition and offset (what
+   postroom's ``send()`` future gives), then flushes: the produce reference;
 2. **producer**: ``client.producer()``: ``send()`` each value, then ``flush()``;
 3. **raw consume**: a confluent-kafka consumer in a new group reads the raw phase's topic with
-   ``consume(poll_max_messages)``, committing each batch synchronously: the consume reference;
+   ``consume(poll_max_messages)``, reading each message's key, value, headers and timestamp
+   (what a postroom ``Message`` holds) and committing each batch synchronously: the consume
+   reference;
 4. **consumer**: ``client.consumer()`` in a new group, ``poll(max_messages=...)`` and
    ``commit()`` per batch, on the same topic.
 
@@ -56,11 +59,16 @@ def _raw_produce(broker: str, topic: str, values: list[bytes], linger_ms: float)
             "queue.buffering.max.messages": 100_000,
         }
     )
+    delivered: list[tuple[int, int]] = []
+
+    def report(err: Any, msg: Any) -> None:
+        delivered.append((msg.partition(), msg.offset()))
+
     start = time.perf_counter()
     for value in values:
         while True:
             try:
-                producer.produce(topic, value)
+                producer.produce(topic, value, on_delivery=report)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -98,7 +106,10 @@ def _raw_consume(broker: str, topic: str, count: int, batch: int) -> float:
         records = consumer.consume(batch, 1.0)
         if records:
             start = start or time.perf_counter()
-            seen += sum(1 for r in records if r.error() is None)
+            for record in records:
+                if record.error() is None:
+                    record.key(), record.value(), record.headers(), record.timestamp()
+                    seen += 1
             consumer.commit(asynchronous=False)
     elapsed = time.perf_counter() - (start or time.perf_counter())
     consumer.close()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from ..._acompat import ato_thread
@@ -68,6 +70,7 @@ class AsyncKafkaProducer:
         self._kafka = kafka
         self._sends = Sends()
         self._sends_lock = threading.Lock()
+        self._reports: deque[tuple[Sends, int, Any, Any]] = deque()
         self._closed = False
         self._stop = threading.Event()
         self._reporter = threading.Thread(
@@ -79,13 +82,30 @@ class AsyncKafkaProducer:
         # Delivery callbacks run in the thread that polls: this one (and flush's).
         while not self._stop.is_set():
             self._producer.poll(0.1)
+            self._apply_reports()
 
     def _delivered(self, sends: Sends, index: int, err: Any, msg: Any) -> None:
-        if err is not None:
-            error = translate(self._kafka.KafkaException(err), "producing", self._admin.where)
-            sends.set_exception(index, error)
-        else:
-            sends.set_result(index, Published(msg.partition(), msg.offset()))
+        # One deque append per report; the outcomes are set in bulk, one lock per group of
+        # sends, by _apply_reports (a lock per report was most of a send's cost).
+        self._reports.append((sends, index, err, msg))
+
+    def _apply_reports(self) -> None:
+        reports = self._reports
+        ok: dict[Sends, tuple[list[int], list[Published]]] = {}
+        while reports:
+            try:
+                sends, index, err, msg = reports.popleft()
+            except IndexError:
+                break
+            if err is not None:
+                error = translate(self._kafka.KafkaException(err), "producing", self._admin.where)
+                sends.set_exception(index, error)
+                continue
+            indexes, values = ok.setdefault(sends, ([], []))
+            indexes.append(index)
+            values.append(Published(msg.partition(), msg.offset()))
+        for sends, (indexes, values) in ok.items():
+            sends.set_results(indexes, values)
 
     def _next_future(self) -> tuple[Sends, Any]:
         with self._sends_lock:
@@ -109,7 +129,9 @@ class AsyncKafkaProducer:
         if self._closed:
             raise ProducerClosed("send() on a closed producer")
         record = make_record(topic, value, key, headers, partition)
-        count = await self._admin.partitions(record.topic)
+        count = self._admin.cached_partitions(record.topic)
+        if count is None:
+            count = await self._admin.partitions(record.topic)
         if record.partition is not None and record.partition >= count:
             raise InvalidArgument(
                 f"invalid partition {record.partition}: topic {topic!r} has {count} partitions"
@@ -123,9 +145,9 @@ class AsyncKafkaProducer:
                     record.topic,
                     value=record.value,
                     key=record.key,
-                    headers=kafka_headers(record.headers),
+                    headers=None if record.headers is None else kafka_headers(record.headers),
                     partition=-1 if record.partition is None else record.partition,
-                    on_delivery=lambda err, msg: self._delivered(sends, index, err, msg),
+                    on_delivery=partial(self._delivered, sends, index),
                 )
                 break
             except BufferError:
@@ -143,7 +165,8 @@ class AsyncKafkaProducer:
         """Wait until every message sent so far is acknowledged (or failed)."""
         while await ato_thread(self._producer.flush, 1.0):
             if self._stop.is_set():
-                return
+                break
+        self._apply_reports()  # flush served some reports in this thread
 
     async def close(self) -> None:
         if self._closed:
