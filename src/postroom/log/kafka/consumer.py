@@ -112,6 +112,11 @@ class KafkaConsumer:
         self._started = False
         self._closed = False
 
+    @property
+    def group(self) -> str | None:
+        """The consumer group (None: a consumer without one)."""
+        return self._group
+
     # -- membership ---------------------------------------------------------------------------
 
     def _assign(self, partitions: Iterable[TopicPartition]) -> None:
