@@ -5,6 +5,7 @@ postroom schema."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -16,6 +17,10 @@ from ._schema import Schema
 from .errors import InvalidName
 from .log.consumer import Consumer
 from .log.engine import Log
+from .log.kafka.engine import open_kafka_log
+from .log.kafka.move import TopicMove, open_move
+from .log.kafka.nodatabase import NoDatabase
+from .log.kafka.settings import is_kafka_url
 from .log.membership import DEFAULT_MAX_POLL_INTERVAL
 from .log.producer import (
     DEFAULT_BATCH_SIZE,
@@ -67,7 +72,15 @@ def connect(
 
     Raises :class:`~postroom.errors.DatabaseUnavailable` at once if the server cannot be
     reached or the URL does not parse; its message never contains the password.
+
+    ``kafka://host:port[,host:port...]`` gives a client whose log is on Apache Kafka (the same
+    log API; the job queue and other PostgreSQL-only parts raise ``NotSupported``), or
+    :class:`~postroom.errors.BrokerUnavailable` at once if no broker answers (docs/kafka.md).
     """
+    target = url if url is not None else os.environ.get("POSTROOM_URL")
+    if is_kafka_url(target):
+        engine = open_kafka_log(str(target))
+        return Client(NoDatabase(engine), serializer=serializer, log=engine)  # type: ignore[arg-type]
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidName(
             f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
@@ -88,11 +101,13 @@ class Client(QueueFacade):
     and commits or rolls back with the caller's own rows; without it the write commits at once.
     """
 
-    def __init__(self, db: Database, *, serializer: Serializer | None = None) -> None:
+    def __init__(
+        self, db: Database, *, serializer: Serializer | None = None, log: Any = None
+    ) -> None:
         self._db = db
         self._serializer = serializer
-        self.log = Log(db)
-        """The log engine: every log method below delegates to it."""
+        self.log: Log = Log(db) if log is None else log
+        """The log engine (PostgreSQL's, or ``log``: Kafka's): the log methods delegate to it."""
         self._schema = Schema(db)
 
     @property
@@ -448,6 +463,11 @@ class Client(QueueFacade):
         """Per relay (its group; default: every group named ``relay.*``): messages pending and
         the age of the oldest pending one, as :class:`RelayStatus`."""
         return _relay_status(self.log, groups)
+
+    def move_topic(self, topic: str, *, to: str) -> TopicMove:
+        """A prepared move of ``topic`` to the Kafka cluster at ``to`` (``kafka://...``): see
+        ``AsyncTopicMove`` and docs/kafka.md, "Moving a topic"; ``close()`` it when done."""
+        return open_move(self.log, topic, to)
 
     # -- groups -----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ postroom schema."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -14,6 +15,10 @@ from ._schema_async import AsyncSchema
 from .errors import InvalidName
 from .log.consumer_async import AsyncConsumer
 from .log.engine_async import AsyncLog
+from .log.kafka.engine_async import open_kafka_log
+from .log.kafka.move_async import AsyncTopicMove, open_move
+from .log.kafka.nodatabase_async import AsyncNoDatabase
+from .log.kafka.settings import is_kafka_url
 from .log.membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .log.producer_async import (
     DEFAULT_BATCH_SIZE,
@@ -65,7 +70,15 @@ async def connect_async(
 
     Raises :class:`~postroom.errors.DatabaseUnavailable` at once if the server cannot be
     reached or the URL does not parse; its message never contains the password.
+
+    ``kafka://host:port[,host:port...]`` gives a client whose log is on Apache Kafka (the same
+    log API; the job queue and other PostgreSQL-only parts raise ``NotSupported``), or
+    :class:`~postroom.errors.BrokerUnavailable` at once if no broker answers (docs/kafka.md).
     """
+    target = url if url is not None else os.environ.get("POSTROOM_URL")
+    if is_kafka_url(target):
+        engine = await open_kafka_log(str(target))
+        return AsyncClient(AsyncNoDatabase(engine), serializer=serializer, log=engine)  # type: ignore[arg-type]
     if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise InvalidName(
             f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
@@ -86,11 +99,13 @@ class AsyncClient(AsyncQueueFacade):
     and commits or rolls back with the caller's own rows; without it the write commits at once.
     """
 
-    def __init__(self, db: AsyncDatabase, *, serializer: Serializer | None = None) -> None:
+    def __init__(
+        self, db: AsyncDatabase, *, serializer: Serializer | None = None, log: Any = None
+    ) -> None:
         self._db = db
         self._serializer = serializer
-        self.log = AsyncLog(db)
-        """The log engine: every log method below delegates to it."""
+        self.log: AsyncLog = AsyncLog(db) if log is None else log
+        """The log engine (PostgreSQL's, or ``log``: Kafka's): the log methods delegate to it."""
         self._schema = AsyncSchema(db)
 
     @property
@@ -446,6 +461,11 @@ class AsyncClient(AsyncQueueFacade):
         """Per relay (its group; default: every group named ``relay.*``): messages pending and
         the age of the oldest pending one, as :class:`RelayStatus`."""
         return await _relay_status(self.log, groups)
+
+    async def move_topic(self, topic: str, *, to: str) -> AsyncTopicMove:
+        """A prepared move of ``topic`` to the Kafka cluster at ``to`` (``kafka://...``): see
+        ``AsyncTopicMove`` and docs/kafka.md, "Moving a topic"; ``close()`` it when done."""
+        return await open_move(self.log, topic, to)
 
     # -- groups -----------------------------------------------------------------------------
 

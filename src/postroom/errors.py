@@ -106,8 +106,24 @@ class JobInterrupted(BaseException):
         self.reason = reason
 
 
-class DatabaseUnavailable(PostroomError):
+class BackendUnavailable(PostroomError):
+    """The log's backend cannot be reached now: the database (:class:`DatabaseUnavailable`) or
+    the Kafka brokers (:class:`BrokerUnavailable`). The runner retries either with backoff."""
+
+
+class DatabaseUnavailable(BackendUnavailable):
     """The database cannot be reached (wrong URL, server down, authentication refused)."""
+
+
+class BrokerUnavailable(BackendUnavailable):
+    """No Kafka broker of a ``kafka://`` URL answers (wrong address, brokers down, TLS or SASL
+    refused, a call timed out); the message names the brokers, never a password."""
+
+
+class NotSupported(PostroomError):
+    """The backend cannot give this feature (publishing in the caller's database transaction
+    on ``kafka://``, the job queue on Kafka, ...); the message names the alternative. The
+    table of what each backend gives is in docs/kafka.md."""
 
 
 class CommitUnknown(PostroomError, psycopg.OperationalError):

@@ -270,6 +270,11 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_given = sys.argv[1:] if argv is None else argv
+    if any(a.startswith("kafka://") or a.startswith("--url=kafka://") for a in args_given):
+        from . import log_kafka  # the Kafka run: against raw confluent-kafka
+
+        return log_kafka.main(args_given)
     defaults = Settings()
     parser = _common.parser(
         "postroom bench log",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
@@ -247,3 +248,63 @@ def retention(
         while deleted := client.apply_retention(group_expiry=expiry, batch_size=batch_size):
             total += deleted
     console.print(f"deleted {total} message(s)")
+
+
+@app.command("move")
+def move(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The PostgreSQL topic to move.")],
+    to: Annotated[str, typer.Option("--to", help="The Kafka cluster: kafka://host:port,...")],
+    status: Annotated[
+        bool, typer.Option("--status", help="Show the mirror lag per partition and exit.")
+    ] = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="Copy what is there, then exit (no mirroring).")
+    ] = False,
+    translate: Annotated[
+        bool,
+        typer.Option(
+            "--translate",
+            help="After copying, commit each group's place on Kafka (stop its consumers "
+            "first). Implies --once.",
+        ),
+    ] = False,
+    groups: Annotated[
+        list[str] | None, typer.Option("--group", help="Translate only these groups.")
+    ] = None,
+) -> None:
+    """Move a topic to Kafka: copy its messages (same partition numbers, offset order), keep
+    mirroring new ones until Ctrl-C, and with --translate commit every consumer group's
+    position on Kafka. Cut-over steps: docs/kafka.md, "Moving a topic"."""
+    with open_client(ctx) as client:
+        mover = client.move_topic(name, to=to)
+        try:
+            if status:
+                _print_mirror(mover.status())
+                return
+            copied = 0
+            try:
+                while True:
+                    done = mover.copy()
+                    copied += done
+                    if not done and (once or translate):
+                        break
+                    if not done:
+                        time.sleep(0.2)
+            except KeyboardInterrupt:
+                pass
+            console.print(f"copied {copied} message(s) of {name!r} to {mover.target.description}")
+            if translate:
+                for group, offsets in mover.translate_groups(groups or None).items():
+                    places = ", ".join(f"{p}: {o}" for p, o in sorted(offsets.items()))
+                    console.print(f"group {group!r} committed on Kafka at {places}")
+        finally:
+            mover.close()
+
+
+def _print_mirror(lags: list[Any]) -> None:
+    table = Table("partition", "high-water", "mirrored", "lag")
+    for lag in lags:
+        table.add_row(str(lag.partition), str(lag.high_water), str(lag.mirrored), str(lag.lag))
+    console.print(table)
+    console.print(f"mirror lag {sum(lag.lag for lag in lags)}")

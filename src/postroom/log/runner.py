@@ -25,7 +25,7 @@ import psycopg
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
 from .._reconnect import reconnect_delay
 from ..errors import (
-    DatabaseUnavailable,
+    BackendUnavailable,
     Fenced,
     InstanceFenced,
     PostroomError,
@@ -128,7 +128,7 @@ class Runner:
                     break
                 except Fenced as exc:
                     log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
-                except (psycopg.OperationalError, DatabaseUnavailable) as exc:
+                except (psycopg.OperationalError, BackendUnavailable) as exc:
                     failures += 1
                     wait = reconnect_delay(failures)
                     log.log(

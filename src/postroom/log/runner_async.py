@@ -23,7 +23,7 @@ import psycopg
 from .._acompat import AEvent, acall_hook, ajoin_all, aspawn, install_stop_handler
 from .._reconnect import reconnect_delay
 from ..errors import (
-    DatabaseUnavailable,
+    BackendUnavailable,
     Fenced,
     InstanceFenced,
     PostroomError,
@@ -126,7 +126,7 @@ class AsyncRunner:
                     break
                 except Fenced as exc:
                     log.warning("%s: %s; going on with the partitions still held", sub.name, exc)
-                except (psycopg.OperationalError, DatabaseUnavailable) as exc:
+                except (psycopg.OperationalError, BackendUnavailable) as exc:
                     failures += 1
                     wait = reconnect_delay(failures)
                     log.log(

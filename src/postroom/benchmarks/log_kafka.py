@@ -1,0 +1,203 @@
+"""``postroom bench log --url kafka://...``: the log API on Kafka against raw confluent-kafka
+doing the same work in the same run, on the same broker.
+
+1. **raw produce**: a confluent-kafka producer with the settings postroom's Kafka producer uses
+   (idempotent, ``acks=all``, ``linger.ms``, ``murmur2_random``) produces ``messages``
+   100-byte values, each with a delivery callback that keeps its partition and offset (what
+   postroom's ``send()`` future gives), then flushes: the produce reference;
+2. **producer**: ``client.producer()``: ``send()`` each value, then ``flush()``;
+3. **raw consume**: a confluent-kafka consumer in a new group reads the raw phase's topic with
+   ``consume(poll_max_messages)``, reading each message's key, value, headers and timestamp
+   (what a postroom ``Message`` holds) and committing each batch synchronously: the consume
+   reference;
+4. **consumer**: ``client.consumer()`` in a new group, ``poll(max_messages=...)`` and
+   ``commit()`` per batch, on the same topic.
+
+Consume rates count from the first message (a group's join is not throughput). The ratio of
+each postroom phase to its reference is the API's cost: the issue's bar is >= 0.8.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import postroom
+
+from . import _common
+from ._common import rate
+
+TARGET_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    messages: int = 100_000
+    partitions: int = 4
+    value_size: int = 100
+    linger_ms: float = 5
+    poll_max_messages: int = 500
+
+
+def _bootstrap(url: str) -> str:
+    return url.split("://", 1)[1].split("?", 1)[0].rsplit("@", 1)[-1]
+
+
+def _raw_produce(broker: str, topic: str, values: list[bytes], linger_ms: float) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": broker,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            "partitioner": "murmur2_random",
+            "queue.buffering.max.messages": 100_000,
+        }
+    )
+    delivered: list[tuple[int, int]] = []
+
+    def report(err: Any, msg: Any) -> None:
+        delivered.append((msg.partition(), msg.offset()))
+
+    start = time.perf_counter()
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    while producer.flush(1.0):
+        pass
+    return time.perf_counter() - start
+
+
+def _postroom_produce(client: Any, topic: str, values: list[bytes], linger_ms: float) -> float:
+    start = time.perf_counter()
+    with client.producer(linger_ms=linger_ms) as producer:
+        for value in values:
+            producer.send(topic, value)
+        producer.flush()
+    return time.perf_counter() - start
+
+
+def _raw_consume(broker: str, topic: str, count: int, batch: int) -> float:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker,
+            "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "max.poll.interval.ms": 10000,
+        }
+    )
+    consumer.subscribe([topic])
+    seen, start = 0, None
+    deadline = time.monotonic() + 300
+    while seen < count and time.monotonic() < deadline:
+        records = consumer.consume(batch, 1.0)
+        if records:
+            start = start or time.perf_counter()
+            for record in records:
+                if record.error() is None:
+                    record.key(), record.value(), record.headers(), record.timestamp()
+                    seen += 1
+            consumer.commit(asynchronous=False)
+    elapsed = time.perf_counter() - (start or time.perf_counter())
+    consumer.close()
+    return elapsed
+
+
+def _postroom_consume(client: Any, topic: str, count: int, batch: int) -> float:
+    group = f"bench-postroom-{uuid.uuid4().hex[:8]}"
+    seen, start = 0, None
+    deadline = time.monotonic() + 300
+    with client.consumer(group, topic, session_timeout=6, max_poll_interval=10) as consumer:
+        while seen < count and time.monotonic() < deadline:
+            messages = consumer.poll(timeout=1.0, max_messages=batch)
+            if messages:
+                start = start or time.perf_counter()
+                seen += len(messages)
+                consumer.commit()
+    return time.perf_counter() - (start or time.perf_counter())
+
+
+def run(url: str, settings: KafkaSettings | None = None) -> dict[str, Any]:
+    settings = settings or KafkaSettings()
+    broker = _bootstrap(url)
+    values = [bytes([i % 251]) * settings.value_size for i in range(settings.messages)]
+    suffix = uuid.uuid4().hex[:8]
+    raw_topic, api_topic = f"bench-raw-{suffix}", f"bench-postroom-{suffix}"
+    result: dict[str, Any] = {
+        "date": _common.started_at(),
+        "load_average": _common.load_average(),
+        "messages": settings.messages,
+        "partitions": settings.partitions,
+    }
+    with postroom.connect(url) as client:
+        client.create_topic(raw_topic, settings.partitions)
+        client.create_topic(api_topic, settings.partitions)
+        raw = _raw_produce(broker, raw_topic, values, settings.linger_ms)
+        api = _postroom_produce(client, api_topic, values, settings.linger_ms)
+        raw_read = _raw_consume(broker, raw_topic, settings.messages, settings.poll_max_messages)
+        api_read = _postroom_consume(
+            client, raw_topic, settings.messages, settings.poll_max_messages
+        )
+        for topic in (raw_topic, api_topic):
+            client.delete_topic(topic)
+    result["raw_produce_per_s"] = rate(settings.messages, raw)
+    result["producer_per_s"] = rate(settings.messages, api)
+    result["produce_ratio"] = result["producer_per_s"] / max(result["raw_produce_per_s"], 1e-9)
+    result["raw_consume_per_s"] = rate(settings.messages, raw_read)
+    result["consumer_per_s"] = rate(settings.messages, api_read)
+    result["consume_ratio"] = result["consumer_per_s"] / max(result["raw_consume_per_s"], 1e-9)
+    result["load_average_after"] = _common.load_average()
+    return result
+
+
+def format_report(result: dict[str, Any]) -> str:
+    lines = [
+        f"postroom bench log on Kafka, {result['date']}, {result['messages']} messages, "
+        f"{result['partitions']} partitions, load average {result['load_average']} -> "
+        f"{result['load_average_after']}",
+        f"  raw confluent-kafka produce  {result['raw_produce_per_s']:>12,.0f} msg/s",
+        f"  postroom producer            {result['producer_per_s']:>12,.0f} msg/s  "
+        f"({result['produce_ratio']:.2f} of raw; target >= {TARGET_RATIO})",
+        f"  raw confluent-kafka consume  {result['raw_consume_per_s']:>12,.0f} msg/s",
+        f"  postroom consumer            {result['consumer_per_s']:>12,.0f} msg/s  "
+        f"({result['consume_ratio']:.2f} of raw; target >= {TARGET_RATIO})",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = KafkaSettings()
+    parser = _common.parser(
+        "postroom bench log --url kafka://...",
+        "Benchmark the log API on Kafka against raw confluent-kafka in the same run.",
+    )
+    parser.add_argument("--messages", type=int, default=defaults.messages)
+    parser.add_argument("--partitions", type=int, default=defaults.partitions)
+    parser.add_argument("--linger-ms", type=float, default=defaults.linger_ms)
+    parser.add_argument("--poll-max-messages", type=int, default=defaults.poll_max_messages)
+    parser.add_argument("--quick", action="store_true", help="a small smoke run (5,000)")
+    args = parser.parse_args(argv)
+    settings = KafkaSettings(
+        messages=5_000 if args.quick else args.messages,
+        partitions=args.partitions,
+        linger_ms=args.linger_ms,
+        poll_max_messages=args.poll_max_messages,
+    )
+    return _common.report(run(args.url, settings), args.json, format_report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

