@@ -344,7 +344,13 @@ class AsyncMembership:
                 },
             )
             row = await cur.fetchone()
-        self.renewed_until = max(self.renewed_until, started + self.session_timeout)
+        # A session that ran out before this heartbeat (a pause past the session timeout) may
+        # have lost its partitions meanwhile: it counts as renewed only once the lease list
+        # below is current, or poll() would deliver from the leases it held before the pause
+        # (partitions another member now holds, from stale positions).
+        lapsed = started >= self.renewed_until
+        if not lapsed:
+            self.renewed_until = max(self.renewed_until, started + self.session_timeout)
         rebalance, next_expiry = (True, None) if row is None else row
         interval = self.session_timeout / 3
         # Wake just after the next session expiry: a crashed member's partitions move then.
@@ -353,6 +359,8 @@ class AsyncMembership:
         if rebalance:
             await self._rebalance()
         await self._acquire()
+        if lapsed:
+            self.renewed_until = max(self.renewed_until, started + self.session_timeout)
 
     async def _resolve_topics(self) -> dict[int, TopicMeta]:
         metas: dict[int, TopicMeta] = {}
