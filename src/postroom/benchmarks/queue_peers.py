@@ -28,7 +28,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -178,9 +179,13 @@ def serve_pgmq(url: str) -> int:
     return 0
 
 
-def _pgmq_send(url: str) -> Callable[[], object]:
+@contextmanager
+def _pgmq_send(url: str) -> Iterator[Callable[[], object]]:
     queue = _pgmq_client(url, 1)
-    return lambda: queue.send(PGMQ_QUEUE, {"t": time.time()})
+    try:
+        yield lambda: queue.send(PGMQ_QUEUE, {"t": time.time()})
+    finally:
+        queue.close()
 
 
 # -- PgQueuer ---------------------------------------------------------------------------------
@@ -297,14 +302,15 @@ def serve_pgqueuer(url: str) -> int:
     return 0
 
 
-def _pgqueuer_send(url: str) -> Callable[[], object]:
+@contextmanager
+def _pgqueuer_send(url: str) -> Iterator[Callable[[], object]]:
     _pgqueuer_env()
     from pgqueuer.db import SyncPsycopgDriver
     from pgqueuer.queries import SyncQueries
 
-    conn = psycopg.connect(url, autocommit=True)
-    queries = SyncQueries(SyncPsycopgDriver(conn))
-    return lambda: queries.enqueue("stamp", str(time.time()).encode())
+    with psycopg.connect(url, autocommit=True) as conn:
+        queries = SyncQueries(SyncPsycopgDriver(conn))
+        yield lambda: queries.enqueue("stamp", str(time.time()).encode())
 
 
 # -- the latency phase, shared ----------------------------------------------------------------
@@ -323,18 +329,18 @@ def measure_peer_sustained(url: str, peer: str, job_rate: float, seconds: float)
     try:
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the {peer} consumer process did not start")
-        send = _pgmq_send(url) if peer == "pgmq" else _pgqueuer_send(url)
         count = max(1, round(job_rate * seconds))
         interval = 1.0 / job_rate
-        send()  # warm up
-        time.sleep(0.5)
-        begin = time.perf_counter()
-        for i in range(count):
-            pause = begin + i * interval - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            send()
-        elapsed = time.perf_counter() - begin
+        with _pgmq_send(url) if peer == "pgmq" else _pgqueuer_send(url) as send:
+            send()  # warm up
+            time.sleep(0.5)
+            begin = time.perf_counter()
+            for i in range(count):
+                pause = begin + i * interval - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                send()
+            elapsed = time.perf_counter() - begin
         time.sleep(1.0)  # let the last jobs start
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
