@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from .errors import InvalidArgument
 
 
@@ -20,6 +22,37 @@ def check_int(what: str, value: object, low: int, high: int | None = None, hint:
         allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
         raise InvalidArgument(f"invalid {what} {value!r}: {allowed}{f' ({hint})' if hint else ''}")
     return value
+
+
+def check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (
+        not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout >= 0
+    ):
+        raise InvalidArgument(f"invalid timeout {timeout!r}: seconds >= 0, or None")
+
+
+def check_max_lag(max_lag: int | None) -> int | None:
+    if max_lag is not None and (
+        not isinstance(max_lag, int) or isinstance(max_lag, bool) or max_lag < 1
+    ):
+        raise InvalidArgument(f"invalid max_lag {max_lag!r}: an integer >= 1 (messages), or None")
+    return max_lag
+
+
+def check_retention(retention: timedelta | None) -> timedelta | None:
+    if retention is not None and (
+        not isinstance(retention, timedelta) or retention <= timedelta(0)
+    ):
+        raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
+    return retention
+
+
+def check_group_ttl(group_ttl: timedelta | None) -> timedelta | None:
+    if group_ttl is not None and (
+        not isinstance(group_ttl, timedelta) or group_ttl <= timedelta(0)
+    ):
+        raise InvalidArgument(f"invalid group_ttl {group_ttl!r}: a positive timedelta or None")
+    return group_ttl
 
 
 def check_text(what: str, value: str) -> str:

@@ -15,8 +15,6 @@ from ._db import Database, open_database
 from ._grants import RoleGrant
 from ._schema import Schema
 from .errors import InvalidName
-from .log.admin import UNSET
-from .log.assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer import Consumer
 from .log.engine import Log
 from .log.kafka.engine import open_kafka_log
@@ -32,9 +30,12 @@ from .log.producer import (
     Producer,
 )
 from .log.records import (
+    DEFAULT_SESSION_TIMEOUT,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     TopicInfo,
     TopicPartition,

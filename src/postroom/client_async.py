@@ -13,8 +13,6 @@ from ._db_async import AsyncDatabase, open_database
 from ._grants import RoleGrant
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
-from .log.admin_async import UNSET
-from .log.assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from .log.consumer_async import AsyncConsumer
 from .log.engine_async import AsyncLog
 from .log.kafka.engine_async import open_kafka_log
@@ -30,9 +28,12 @@ from .log.producer_async import (
     AsyncProducer,
 )
 from .log.records import (
+    DEFAULT_SESSION_TIMEOUT,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     TopicInfo,
     TopicPartition,

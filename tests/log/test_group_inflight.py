@@ -18,7 +18,7 @@ SESSION = 1.0
 
 
 def revoking(consumer: postroom.Consumer) -> bool:
-    leases = consumer._membership.leases.values()  # type: ignore[union-attr]
+    leases = consumer._assignment.membership.leases.values()  # type: ignore[union-attr]
     return any(lease.state == "revoking" for lease in leases)
 
 
@@ -59,7 +59,7 @@ def test_offsets_read_under_a_lost_assignment_are_not_committed_under_the_new_on
     tp = TopicPartition("t", 0)
     first = client.consumer("g", "t", session_timeout=SESSION)
     assert len(first.poll(timeout=1, max_messages=100)) == 10  # epoch 1, not committed
-    membership = first._membership
+    membership = first._assignment.membership  # type: ignore[union-attr]
     assert membership is not None
     epoch = membership.leases[next(iter(membership.leases))].epoch
     # Lost (the session ran out: another member took it, read nothing, left) and taken

@@ -64,7 +64,7 @@ def test_a_member_that_stops_heartbeating_is_fenced_and_the_cursor_stays(
     client.publish_batch("t", [{"value": f"m{i}", "partition": i % 2} for i in range(10)])
     paused = client.consumer("g", "t", session_timeout=SESSION)
     assert len(paused.poll(timeout=1, max_messages=100)) == 10
-    paused._membership._stop.set()  # type: ignore[union-attr]  # as if the process froze
+    paused._assignment.membership._stop.set()  # type: ignore[union-attr]  # as if the process froze
     other = client.consumer("g", "t", session_timeout=SESSION)
     settle([other], lambda: len(other.assignment()) == 2)
     other.seek(TopicPartition("t", 0), 3)
@@ -85,7 +85,7 @@ def test_static_member_keeps_its_partitions_across_a_restart_and_fences_the_old_
     b = client.consumer("g", "t", member_id="pod-2", session_timeout=5)
     settle([a, b], lambda: sizes([a, b]) == [2, 2])
     before = a.assignment()
-    a._membership._stop.set()  # type: ignore[union-attr]  # killed without leaving
+    a._assignment.membership._stop.set()  # type: ignore[union-attr]  # killed without leaving
     restarted = client.consumer("g", "t", member_id="pod-1", session_timeout=5)
     assert restarted.assignment() == before
     with pytest.raises(InstanceFenced, match="newer instance"):

@@ -32,7 +32,7 @@ def publish(client: postroom.Client, start: int, count: int) -> None:
 
 
 def membership_of(consumer: postroom.Consumer) -> Membership:
-    membership = consumer._membership
+    membership = consumer._assignment.membership  # type: ignore[union-attr]
     assert membership is not None
     return membership
 
@@ -187,7 +187,8 @@ def test_a_member_whose_heartbeat_cannot_renew_delivers_nothing_after_its_sessio
         "g", "t", session_timeout=SESSION, on_revoke=lambda tps: revoked.append(tps)
     )
     assert cut.assignment() == BOTH
-    membership = cut._membership  # a blocking view of it for the async client
+    # a blocking view of it for the async client
+    membership = cut._assignment.membership  # type: ignore[union-attr]
     assert membership is not None
     # From now on no heartbeat of ``cut`` renews its session, and its heartbeat connection is
     # terminated; its data connections live. Its session ends by cut_at + SESSION at the latest.

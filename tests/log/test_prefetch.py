@@ -30,11 +30,11 @@ def test_a_full_batch_prefetches_the_next_and_a_partial_one_does_not(
     client.publish_batch("t", [f"m{i}" for i in range(25)])
     with client.consumer("g", "t") as c:
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10))
-        prefetch = c._prefetch
+        prefetch = c._fetcher._prefetch
         assert prefetch is not None and list(prefetch.starts.values()) == [10]
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10, 20))
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(20, 25))
-        assert c._prefetch is None  # 5 < 10: no backlog behind it, nothing sent ahead
+        assert c._fetcher._prefetch is None  # 5 < 10: no backlog behind it, nothing sent ahead
         assert c.poll(timeout=0.1, max_messages=10) == []
 
 
@@ -74,8 +74,8 @@ def test_a_prefetch_is_dropped_when_its_position_moved(client: postroom.Client) 
     client.publish_batch("t", [f"m{i}" for i in range(30)])
     with client.consumer("g", "t") as c:
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10))
-        assert c._prefetch is not None
-        assigned = c._assigned[TopicPartition("t", 0)]
+        assert c._fetcher._prefetch is not None
+        assigned = c._state.get(TopicPartition("t", 0))
         assigned.position = 2  # as a seek back would, had the prefetch been kept
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(2, 12))
 
@@ -95,7 +95,7 @@ def test_a_failed_prefetch_is_fetched_again_in_the_poll(client: postroom.Client)
     client.create_topic("t")
     client.publish_batch("t", [f"m{i}" for i in range(30)])
     with client.consumer("g", "t") as c:
-        real = c._execute_fetch
+        real = c._fetcher.execute
         calls: list[str] = []
 
         def flaky(params: dict[str, Any], *sending: Any) -> Any:
@@ -104,7 +104,7 @@ def test_a_failed_prefetch_is_fetched_again_in_the_poll(client: postroom.Client)
                 raise psycopg.OperationalError("cut")
             return real(params, *sending)
 
-        c._execute_fetch = flaky  # type: ignore[method-assign,assignment]
+        c._fetcher.execute = flaky  # type: ignore[method-assign,assignment]
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10))
         assert offsets(c.poll(timeout=1, max_messages=10)) == list(range(10, 20))
         assert calls[1].startswith("postroom-prefetch")  # the one that failed
@@ -116,9 +116,9 @@ def test_close_waits_for_the_prefetch_and_ends_its_thread(client: postroom.Clien
     client.publish_batch("t", [f"m{i}" for i in range(30)])
     c = client.consumer("g", "t")
     assert len(c.poll(timeout=1, max_messages=10)) == 10
-    assert c._prefetch is not None
+    assert c._fetcher._prefetch is not None
     c.close()
-    assert c._prefetch is None
+    assert c._fetcher._prefetch is None
     wait_for(lambda: not any(t.name.startswith("postroom-prefetch") for t in threading.enumerate()))
 
 
@@ -134,7 +134,7 @@ def test_a_prefetch_for_a_partition_lost_to_a_rebalance_is_never_delivered(
 
         def take(consumer: postroom.Consumer, name: str) -> int:
             batch = consumer.poll(timeout=0.05, max_messages=20)
-            held = {tp.partition for tp in consumer._assigned}
+            held = {tp.partition for tp in consumer._state.partitions()}
             for m in batch:
                 assert m.partition in held, f"{name} got {m.partition} it no longer holds"
                 key = (m.partition, m.offset)
@@ -144,7 +144,7 @@ def test_a_prefetch_for_a_partition_lost_to_a_rebalance_is_never_delivered(
             return len(batch)
 
         assert take(first, "first") == 20  # both partitions held: a full batch, a prefetch
-        assert first._prefetch is not None
+        assert first._fetcher._prefetch is not None
         deadline = time.monotonic() + 30
         while len(seen) < 400:
             assert time.monotonic() < deadline, f"only {len(seen)} of 400 consumed"
@@ -157,7 +157,7 @@ def test_a_prefetch_for_a_partition_lost_to_a_rebalance_is_never_delivered(
 
 
 def test_ends_finds_where_each_partition_stops() -> None:
-    from postroom.log.consumer import _ends
+    from postroom.log.partitions import row_ends as _ends
 
     rows = [(1, 2, o) for o in range(5, 9)] + [(1, 0, 3)] + [(2, 0, o) for o in range(100)]
     assert _ends(rows) == {(1, 2): 9, (1, 0): 4, (2, 0): 100}
@@ -172,14 +172,14 @@ def test_a_backlog_is_read_through_prefetches_with_no_fetch_in_the_poll(
     client.create_topic("t", partitions=3)
     client.publish_batch("t", [{"value": str(i), "partition": i % 3} for i in range(600)])
     with client.consumer("g", "t") as c:
-        real = c._fetch
+        real = c._fetcher.fetch
         foreground: list[dict[int, int]] = []
 
         def counted(limit: int, max_bytes: int) -> None:
-            foreground.append({tp.partition: a.position for tp, a in c._assigned.items()})
+            foreground.append({a.partition: a.position for a in c._state.in_use()})
             real(limit, max_bytes)
 
-        c._fetch = counted  # type: ignore[method-assign]
+        c._fetcher.fetch = counted  # type: ignore[method-assign]
         got = 0
         while batch := c.poll(timeout=0.2, max_messages=64):
             got += len(batch)

@@ -17,7 +17,7 @@ import pytest
 import postroom
 from postroom.errors import MessageTooLarge
 from postroom.log import records
-from postroom.log.producer_async import MAX_IN_FLIGHT, OVERLAP_MIN_PENDING
+from postroom.log.batching import MAX_IN_FLIGHT, OVERLAP_MIN_PENDING
 from postroom.log.records import MAX_VALUE_BYTES
 
 from ..blocking import unwrap

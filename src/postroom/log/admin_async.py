@@ -1,8 +1,8 @@
 """Log administration: topics, consumer group cursors and retention.
 
-The client facade checks nothing here twice: it hands each call to the log admin (``LogAdmin``,
-``AsyncLogAdmin``), which checks the arguments, runs the named queries (``_sql/log.sql``) and
-turns the rows into records.
+The log engine (``engine_async.py``) hands each topic and group call to the log admin
+(``LogAdmin``, ``AsyncLogAdmin``), which checks the arguments, runs the named queries
+(``_sql/log.sql``) and turns the rows into records.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from .._checks import check_group_ttl, check_max_lag, check_retention
 from .._db_async import AsyncDatabase
 from ..errors import GroupNotFound, InvalidArgument, OffsetOutOfRange, TopicExists, TopicNotFound
 from .metadata_async import AsyncTopicCache
 from .records import (
+    UNSET,
     GroupInfo,
     PartitionInfo,
     PartitionLag,
@@ -32,37 +34,10 @@ GROUP_EXPIRY = timedelta(days=7)
 
 logger = logging.getLogger("postroom.groups")
 
-UNSET: Any = object()
-"""``alter_topic``'s default: leave the setting as it is."""
-
-
-def check_max_lag(max_lag: int | None) -> int | None:
-    if max_lag is not None and (
-        not isinstance(max_lag, int) or isinstance(max_lag, bool) or max_lag < 1
-    ):
-        raise InvalidArgument(f"invalid max_lag {max_lag!r}: an integer >= 1 (messages), or None")
-    return max_lag
-
-
-def check_retention(retention: timedelta | None) -> timedelta | None:
-    if retention is not None and (
-        not isinstance(retention, timedelta) or retention <= timedelta(0)
-    ):
-        raise InvalidArgument(f"invalid retention {retention!r}: a positive timedelta or None")
-    return retention
-
-
-def check_group_ttl(group_ttl: timedelta | None) -> timedelta | None:
-    if group_ttl is not None and (
-        not isinstance(group_ttl, timedelta) or group_ttl <= timedelta(0)
-    ):
-        raise InvalidArgument(f"invalid group_ttl {group_ttl!r}: a positive timedelta or None")
-    return group_ttl
-
 
 class AsyncLogAdmin:
     """Creates, grows, describes and deletes topics; inspects, resets and deletes groups;
-    applies retention. Shares the client's topic cache, which it invalidates on changes."""
+    applies retention. Shares the engine's topic cache, which it invalidates on changes."""
 
     def __init__(self, db: AsyncDatabase, topics: AsyncTopicCache) -> None:
         self._db = db

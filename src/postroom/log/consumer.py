@@ -1,38 +1,43 @@
 # Generated from src/postroom/log/consumer_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""The read path: a consumer group member with poll/commit and transactional consumption."""
+"""The read path: a consumer with poll/commit and transactional consumption, around one
+partition state (``partitions.py``) that its assignment (``assigners_async.py``: the group's
+or a manual one) keeps, and filled by its fetcher (``fetch_async.py``)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from .._acompat import Background, Event, outcome, sleep
+from .._acompat import sleep
 from .._checks import check_int
 from .._db import Database
 from .._reconnect import RECONNECT_CAP
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
-from .assigned import (
-    DEFAULT_SESSION_TIMEOUT,
-    AssignedPartitions,
-    OffsetReset,
-    _Assigned,
-)
+from .assigners import GroupAssignment, ManualAssignment
+from .fetch import Fetcher
 from .membership import DEFAULT_MAX_POLL_INTERVAL
 from .metadata import TopicCache
+from .partitions import PartitionState, id_arrays
 from .reading import gc_paused, utc_timestamps
 from .records import (
+    DEFAULT_SESSION_TIMEOUT,
     Message,
     MessageBuilder,
+    OffsetReset,
     TopicPartition,
+    check_max_poll_interval,
+    check_member_id,
+    check_name,
     check_offset,
+    check_session_timeout,
     decode_headers,
 )
 
@@ -43,44 +48,6 @@ POLL_INTERVAL = 0.5
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 """Keys and values one ``poll()`` fetches at most (Kafka's fetch.max.bytes); one message
 always comes, however large."""
-
-
-@dataclass
-class _Prefetch:
-    """A fetch sent ahead by ``poll()`` while the application handles the batch it returned
-    (after a full batch only: a backlog). Its rows become messages in the next ``poll()``, and
-    only for partitions still held at the same assignment and position (lost, handed over,
-    seeked or claimed meanwhile: dropped, never delivered)."""
-
-    fetched: dict[tuple[int, int], _Assigned]
-    starts: dict[tuple[int, int], int]
-    """The position each partition was fetched from."""
-    limit: int
-    max_bytes: int
-    rows: list[tuple[Any, ...]] | None = None
-    """The rows fetched (None: the fetch failed)."""
-    worker: Any = None
-    sending: Event = field(default_factory=Event)
-    """Set as the query is about to be sent (see ``_prefetch_after``)."""
-
-
-def _ends(rows: list[tuple[Any, ...]]) -> dict[tuple[int, int], int]:
-    """The offset after the last row of each partition in ``rows`` (rows of a partition are
-    contiguous: a binary search per partition finds its last, not a step per row)."""
-    ends: dict[tuple[int, int], int] = {}
-    start, count = 0, len(rows)
-    while start < count:
-        key = (rows[start][0], rows[start][1])
-        low, high = start, count - 1
-        while low < high:
-            middle = (low + high + 1) // 2
-            if (rows[middle][0], rows[middle][1]) == key:
-                low = middle
-            else:
-                high = middle - 1
-        ends[key] = rows[low][2] + 1
-        start = low + 1
-    return ends
 
 
 @dataclass
@@ -102,7 +69,7 @@ class Batch:
         return len(self.messages)
 
 
-class Consumer(AssignedPartitions):
+class Consumer:
     """A consumer of ``topics`` for group ``group`` (None: a peek that reads without a group,
     from the earliest or latest offsets, and cannot commit).
 
@@ -149,22 +116,63 @@ class Consumer(AssignedPartitions):
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> None:
-        super().__init__(
-            db,
-            topics_cache,
-            group,
-            topics,
-            partitions=partitions,
-            auto_offset_reset=auto_offset_reset,
-            member_id=member_id,
-            session_timeout=session_timeout,
-            max_poll_interval=max_poll_interval,
-            on_assign=on_assign,
-            on_revoke=on_revoke,
-        )
+        # No group: a peek, reading without cursors (nothing to commit, nothing created).
+        self.group = None if group is None else check_name("group", group)
+        topic_names = [topics] if isinstance(topics, str) else list(topics)
+        if not topic_names:
+            raise InvalidArgument("a consumer needs at least one topic")
+        for name in topic_names:
+            check_name("topic", name)
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise InvalidArgument(
+                f"invalid auto_offset_reset {auto_offset_reset!r}: use 'earliest' or 'latest'"
+            )
+        requested = None if partitions is None else [TopicPartition(*p) for p in partitions]
+        self.member_id = check_member_id(member_id)
+        self.session_timeout = check_session_timeout(session_timeout)
+        self.max_poll_interval = check_max_poll_interval(max_poll_interval)
+        self._db = db
+        self._state = PartitionState(self.group, self.member_id)
+        self._assignment: GroupAssignment | ManualAssignment
+        if requested is None and self.group is not None:
+            self._assignment = GroupAssignment(
+                db,
+                topics_cache,
+                self._state,
+                self.group,
+                self.member_id,
+                topic_names,
+                auto_offset_reset,
+                self.session_timeout,
+                self.max_poll_interval,
+                on_assign,
+                on_revoke,
+            )
+        else:
+            self._assignment = ManualAssignment(
+                db, topics_cache, self._state, self.group, topic_names, requested, auto_offset_reset
+            )
+        self._fetcher = Fetcher(db, self._state)
         self._listener: psycopg.Connection[Any] | None = None
-        self._prefetch: _Prefetch | None = None
-        self._background = Background("postroom-prefetch")
+        self._ready = False
+        self._closed = False
+
+    def _ensure_assigned(self) -> None:
+        """Start the assignment on first use (join the group, or start the partitions asked
+        for), else bring it up to date."""
+        if self._ready:
+            self._assignment.refresh()
+            return
+        if self._closed:
+            raise InvalidArgument("the consumer is closed")
+        self._assignment.start()
+        self._ready = True
+        self._assignment.apply()
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now (joins the group first if needed)."""
+        self._ensure_assigned()
+        return self._state.partitions()
 
     # -- poll / commit --------------------------------------------------------------------
 
@@ -178,19 +186,17 @@ class Consumer(AssignedPartitions):
         check_int("max_messages", max_messages, 1, MAX_INT4)
         check_int("max_bytes", max_bytes, 1, MAX_INT8)
         self._ensure_assigned()
-        if self._membership is not None:
-            self._membership.polled()
+        self._assignment.polled()
         deadline = time.monotonic() + max(timeout, 0)
         while True:
-            self._apply_assignment()
-            if not any(a.buffer for a in list(self._assigned.values())):
+            self._assignment.apply()
+            if not self._state.has_buffered():
                 # Every notification dropped here is followed by a fetch whose snapshot is
                 # later: the prefetch used now was sent before, but a full one sends the next
                 # now, and after any other the next poll that needs rows fetches again.
                 self._forget_wakeups()
-                if not self._use_prefetch(max_messages, max_bytes):
-                    self._fetch(max_messages, max_bytes)
-            taken = self._take(max_messages) if self._session_live() else []
+                self._fetcher.fill(max_messages, max_bytes)
+            taken = self._state.take(max_messages) if self._assignment.session_live() else []
             if taken:
                 return taken
             remaining = deadline - time.monotonic()
@@ -198,190 +204,13 @@ class Consumer(AssignedPartitions):
                 return []
             self._wait_for_wakeup(min(remaining, POLL_INTERVAL))
 
-    def _fetch_params(
-        self, limit: int, max_bytes: int, ends: dict[tuple[int, int], int] | None = None
-    ) -> tuple[list[_Assigned], dict[str, Any]]:
-        """The partitions to fetch (in turn, see ``_rotated``) and the query's parameters:
-        from each partition's position, or from where ``ends`` says its rows end."""
-        with self._lock:
-            assigned = self._rotated(list(self._assigned.values()), "_fetch_start")
-            positions = [a.position for a in assigned]
-        if ends is not None:
-            positions = [
-                ends.get((a.meta.id, a.partition), position)
-                for a, position in zip(assigned, positions, strict=True)
-            ]
-        params = {
-            **self._id_arrays(assigned),
-            "positions": positions,
-            "limit": limit,
-            "max_bytes": max_bytes,
-        }
-        return assigned, params
-
-    def _fetch(self, limit: int, max_bytes: int) -> None:
-        assigned, params = self._fetch_params(limit, max_bytes)
-        if not assigned:
-            return
-        cur = self._execute_fetch(params)
-        # The cyclic GC paused while the rows are made and turned into messages (no
-        # suspension inside: the result is here), and the rows freed before it resumes:
-        # reading.gc_paused.
-        with gc_paused():
-            rows = cur.fetchall()
-        self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():
-            self._buffer(rows, {(a.meta.id, a.partition): a for a in assigned})
-            del rows
-
-    def _execute_fetch(
-        self, params: dict[str, Any], sending: Event | None = None
-    ) -> psycopg.Cursor[Any]:
-        """Run ``fetch_messages``; the cursor holds the rows (client memory: the connection
-        goes back to the pool before they are turned into messages). ``sending`` is set just
-        before the query goes out."""
-        with self._db.connection() as conn:
-            # One statement, one snapshot: in autocommit it is one round trip, not three
-            # (BEGIN, the query, COMMIT).
-            conn.set_autocommit(True)
-            try:
-                cur = conn.cursor(binary=True)
-                utc_timestamps(cur)
-                if sending is not None:
-                    sending.set()
-                cur.execute(self._db.q("fetch_messages"), params)
-            finally:
-                if not conn.closed:  # a broken connection is dropped by the pool as it is
-                    conn.set_autocommit(False)
-        return cur
-
-    def _prefetch_after(self, rows: list[tuple[Any, ...]], limit: int, max_bytes: int) -> None:
-        """After a full batch of ``rows`` (a backlog), send the next fetch at once, from where
-        they end, before they are turned into messages: the server reads it while this
-        ``poll()`` builds and returns them and the application handles them (see
-        ``_Prefetch``). Its rows are used once every buffer is empty again, so its start is
-        then each partition's position, or it is dropped."""
-        if len(rows) < limit or self._closed or self._prefetch is not None:
-            return
-        assigned, params = self._fetch_params(limit, max_bytes, _ends(rows))
-        if not assigned:
-            return
-        keys = [(a.meta.id, a.partition) for a in assigned]
-        starts = dict(zip(keys, params["positions"], strict=True))
-        prefetch = _Prefetch(dict(zip(keys, assigned, strict=True)), starts, limit, max_bytes)
-        prefetch.worker = self._background.submit(self._run_prefetch, prefetch, params)
-        self._prefetch = prefetch
-        # Let the prefetch send its query before the rows are turned into messages: that
-        # loop holds the GIL (the event loop, in the async consumer) for milliseconds, and
-        # the query would wait for it to end. Set just before the send, the event wakes this
-        # thread once the prefetch blocks on the server (or after 2 ms, if it was not
-        # scheduled: a busy machine).
-        prefetch.sending.wait_timeout(0.002)
-
-    def _run_prefetch(self, prefetch: _Prefetch, params: dict[str, Any]) -> None:
-        """The prefetch's query, and its rows made (not yet messages: that is left to the
-        next ``poll()``, which the sync consumer runs in another thread, so the two share
-        the work while one of them waits: this one for the server, that one for a commit)."""
-        try:
-            cur = self._execute_fetch(params, prefetch.sending)
-            with gc_paused():  # the rows are GC-tracked tuples (see _fetch)
-                prefetch.rows = cur.fetchall()
-        except Exception:  # noqa: BLE001 - dropped: the fetch in poll() runs again and reports
-            prefetch.rows = None
-
-    def _use_prefetch(self, limit: int, max_bytes: int) -> bool:
-        """Buffer the prefetched rows (waiting for them if needed); whether any message came
-        of them. False (fetch now) if there was none, it failed, it was sent for other limits,
-        or every partition it read moved meanwhile."""
-        prefetch = self._drop_prefetch()
-        if prefetch is None or prefetch.rows is None:
-            return False
-        rows, prefetch.rows = prefetch.rows, None
-        if (prefetch.limit, prefetch.max_bytes) != (limit, max_bytes):
-            return False
-        self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():  # as in _fetch
-            self._buffer(rows, prefetch.fetched, prefetch.starts)
-            del rows
-        return any(a.buffer for a in prefetch.fetched.values())
-
-    def _drop_prefetch(self) -> _Prefetch | None:
-        """Wait for the fetch in flight, if any, and take it off the consumer."""
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None:
-            outcome(prefetch.worker)  # never raises: _run_prefetch keeps no error
-        return prefetch
-
-    def _buffer(
-        self,
-        rows: list[tuple[Any, ...]],
-        fetched: dict[tuple[int, int], _Assigned],
-        starts: dict[tuple[int, int], int] | None = None,
-    ) -> None:
-        """Append fetched rows to their partitions' buffers as messages (with ``starts``, the
-        rows of a prefetch: only where the position is still the one fetched from)."""
-        # The per-row loop is most of a consumer's CPU: rows come ordered by partition, so the
-        # buffer is looked up once per partition, and messages are built inline (one slot
-        # store per field, no call per row).
-        current: tuple[int, int] | None = None
-        append: Any = None
-        name = ""
-        # object.__new__(MessageBuilder) in the loop: a helper's call frame was ~20% of the
-        # loop (micro-benchmark: 239 -> 196 ns a message).
-        new, builder, message_class = object.__new__, MessageBuilder, Message
-        for topic_id, partition, offset, key, value, headers, created_at in rows:
-            if current != (topic_id, partition):
-                current = (topic_id, partition)
-                target = self._by_id.get(current)
-                if target is None or target is not fetched.get(current):
-                    # Handed over meanwhile (or taken again, at the cursor): these rows were
-                    # fetched from the old position, for the old assignment only.
-                    append = None
-                elif starts is not None and (
-                    target.position != starts.get(current) or target.buffer
-                ):
-                    append = None  # seeked or claimed since the prefetch was sent
-                else:
-                    append, name = target.buffer.append, target.meta.name
-            if append is not None:
-                message: Any = new(builder)
-                message.topic = name
-                message.partition = partition
-                message.offset = offset
-                message.key = key
-                message.value = value
-                message.headers = {} if headers is None else decode_headers(headers)
-                message.timestamp = created_at
-                message.__class__ = message_class
-                append(message)
-
-    def _take(self, max_messages: int) -> list[Message]:
-        taken: list[Message] = []
-        with self._lock:  # the heartbeat loop hands over only partitions with nothing taken
-            for assigned in self._assigned.values():
-                buffer, position = assigned.buffer, assigned.position
-                # Offsets ascend in a buffer: drop those superseded by a seek or a
-                # transactional claim, then move the rest over whole (no step per message).
-                while buffer and buffer[0].offset < position:
-                    buffer.popleft()
-                room = max_messages - len(taken)
-                if not buffer or room <= 0:
-                    continue
-                if len(buffer) <= room:
-                    taken.extend(buffer)
-                    buffer.clear()
-                else:
-                    taken.extend([buffer.popleft() for _ in range(room)])
-                assigned.position = taken[-1].offset + 1
-        return taken
-
     def _wait_for_wakeup(self, timeout: float) -> None:
         """Sleep until a publish to an assigned topic is notified, at most ``timeout`` s.
 
         Notifications are hints: a lost one costs at most one poll interval. A broken
         listening connection is reconnected on the next wait, and this wait sleeps instead.
         """
-        wanted = {str(a.meta.id) for a in self._assigned.values()}
+        wanted = {str(a.meta.id) for a in self._state.in_use()}
         try:
             if self._listener is None or self._listener.closed:
                 self._listener = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
@@ -430,41 +259,28 @@ class Consumer(AssignedPartitions):
         self._need_group("commit")
         if isinstance(offsets, Message):
             offsets = {offsets.topic_partition: offsets.offset + 1}
-        self._check_can_commit()  # fenced for good, or left for not polling in time
+        self._assignment.check_can_commit()  # fenced for good, or left for not polling in time
         if not self._ready:
             self._ensure_assigned()
         # Assignment changes are applied by poll() only, never here: a partition being handed
         # over keeps its epoch until the batch polled under it is committed, and offsets are
         # always committed under the epoch they were read at (or refused as Fenced).
-        with self._lock:
-            if offsets is None:
-                # Only partitions read past their cursor: one with nothing new (position ==
-                # committed) may be handed over by the heartbeat loop at any moment, and
-                # committing it under its old epoch would refuse the whole call as Fenced.
-                chosen = [a for a in self._assigned.values() if a.position > a.committed]
-                values = [a.position for a in chosen]
-            else:
-                chosen = [self._get(tp) for tp in offsets]
-                values = [check_offset(v) for v in offsets.values()]
-                for assigned, value in zip(chosen, values, strict=True):
-                    self._check_read(assigned, value)
+        chosen, values = self._state.to_commit(offsets, check_offset)
         if not chosen:
             return
         with self._db.connection() as conn:
-            with self._refusals(chosen):
+            with self._assignment.refusals(chosen):
                 conn.execute(
                     self._db.q("commit_offsets"),
                     {
                         "group": self.group,
-                        **self._member_params(),
-                        **self._id_arrays(chosen),
+                        **self._assignment.member_params(),
+                        **id_arrays(chosen),
                         "epochs": [a.epoch for a in chosen],
                         "offsets": values,
                     },
                 )
-        with self._lock:
-            for assigned, value in zip(chosen, values, strict=True):
-                assigned.committed = max(assigned.committed, value)
+        self._state.committed(chosen, values)
 
     def _need_group(self, what: str) -> None:
         if self.group is None:
@@ -478,10 +294,10 @@ class Consumer(AssignedPartitions):
         if self.group is None:
             return None
         self._ensure_assigned()
-        assigned = self._get(tp)
+        assigned = self._state.get(tp)
         with self._db.connection() as conn:
             cur = conn.execute(
-                self._db.q("read_cursors"), {"group": self.group, **self._id_arrays([assigned])}
+                self._db.q("read_cursors"), {"group": self.group, **id_arrays([assigned])}
             )
             row = cur.fetchone()
         return None if row is None else int(row[2])
@@ -489,13 +305,13 @@ class Consumer(AssignedPartitions):
     def position(self, tp: TopicPartition) -> int:
         """The offset of the next message ``poll()`` returns for ``tp``."""
         self._ensure_assigned()
-        return self._get(tp).position
+        return self._state.get(tp).position
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Make the next ``poll()`` start at ``offset`` in ``tp`` (0 .. high-water mark)."""
         check_offset(offset)
         self._ensure_assigned()
-        assigned = self._get(tp)
+        assigned = self._state.get(tp)
         with self._db.connection() as conn:
             cur = conn.execute(
                 self._db.q("high_water"),
@@ -508,9 +324,8 @@ class Consumer(AssignedPartitions):
                 f"offset {offset} is beyond the high-water mark of {tp.topic}/{tp.partition}: "
                 f"allowed 0..{high_water}"
             )
-        self._drop_prefetch()
-        assigned.position = offset
-        assigned.buffer.clear()
+        self._fetcher.drop()
+        self._state.seek(assigned, offset)
 
     def rewind(self, unhandled: Iterable[Message]) -> None:
         """Make the next ``poll()`` return ``unhandled`` again: each partition's position goes
@@ -531,13 +346,8 @@ class Consumer(AssignedPartitions):
             first[tp] = min(first.get(tp, message.offset), message.offset)
         if not first:
             return
-        self._drop_prefetch()
-        with self._lock:
-            for tp, offset in first.items():
-                assigned = self._get(tp)
-                if offset < assigned.position:
-                    assigned.position = offset
-                    assigned.buffer.clear()
+        self._fetcher.drop()
+        self._state.rewind(first)
 
     # -- transactional consumption --------------------------------------------------------
 
@@ -559,9 +369,8 @@ class Consumer(AssignedPartitions):
         self._need_group("transaction")
         self._ensure_assigned()
         deadline = time.monotonic() + max(timeout, 0)
-        self._in_transaction = True
-        if self._membership is not None:
-            self._membership.polled()
+        self._state.busy = True
+        self._assignment.polled()
         try:
             with self._session_guard():
                 with self._db.connection() as conn:
@@ -571,7 +380,7 @@ class Consumer(AssignedPartitions):
                             break
                         conn.rollback()
                         self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
-                        self._apply_assignment()
+                        self._assignment.apply()
                     tp = messages[0].topic_partition if messages else None
                     yield Batch(messages, conn, tp)
                     if conn.info.transaction_status == TransactionStatus.INERROR:
@@ -580,16 +389,10 @@ class Consumer(AssignedPartitions):
                             "block?): nothing was committed and the batch will be delivered again"
                         )
         finally:
-            self._in_transaction = False
-            if self._membership is not None:
-                self._membership.polled()
+            self._state.busy = False
+            self._assignment.polled()
         if messages:
-            # Committed: later polls continue after the claimed range.
-            with self._lock:
-                assigned = self._assigned.get(messages[0].topic_partition)
-                if assigned is not None:
-                    assigned.position = max(assigned.position, messages[-1].offset + 1)
-                    assigned.committed = max(assigned.committed, assigned.position)
+            self._state.claimed(messages)  # committed: later polls go on after the range
 
     @contextmanager
     def _session_guard(self) -> Iterator[None]:
@@ -612,19 +415,18 @@ class Consumer(AssignedPartitions):
             ) from exc
 
     def _claim(self, conn: psycopg.Connection[Any], limit: int) -> list[Message]:
-        with self._lock:
-            order = self._rotated(list(self._assigned.values()), "_claim_start")
+        order = self._state.rotated("claim")
         if not order:
             return []
         cur = conn.cursor(binary=True)
         utc_timestamps(cur)  # as poll()'s
-        with self._refusals(order, drop=False):
+        with self._assignment.refusals(order, drop=False):
             cur.execute(
                 self._db.q("claim_batch"),
                 {
                     "group": self.group,
-                    **self._member_params(),
-                    **self._id_arrays(order),
+                    **self._assignment.member_params(),
+                    **id_arrays(order),
                     "epochs": [a.epoch for a in order],
                     "limit": limit,
                 },
@@ -633,7 +435,7 @@ class Consumer(AssignedPartitions):
         messages: list[Message] = []
         append, new, builder = messages.append, object.__new__, MessageBuilder
         message_class = Message
-        with gc_paused():  # as in _fetch
+        with gc_paused():  # as in the fetcher's
             rows = cur.fetchall()
             for topic_id, partition, offset, key, value, headers, created_at in rows:
                 message: Any = new(builder)
@@ -659,19 +461,10 @@ class Consumer(AssignedPartitions):
             return
         self._closed = True
         try:
-            self._drop_prefetch()
-            self._background.close()
-            if self._membership is not None:
-                with self._lock:
-                    held = set(self._assigned)
-                try:
-                    self._call(self._on_revoke, held)
-                finally:
-                    self._membership.leave()
+            self._fetcher.close()
+            self._assignment.leave()  # on_revoke, then leave the group at once
         finally:
-            with self._lock:
-                self._assigned.clear()
-                self._by_id.clear()
+            self._state.clear()
             self._close_listener()
 
     def __enter__(self) -> Consumer:

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._db import Database
-from .admin import UNSET, LogAdmin
-from .assigned import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .admin import LogAdmin
+from .appender import Appender
 from .consumer import Consumer
 from .deadletters import DeadLetters
 from .membership import DEFAULT_MAX_POLL_INTERVAL
@@ -26,14 +26,16 @@ from .producer import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_MESSAGES,
     DEFAULT_BUFFER_TIMEOUT,
-    Appender,
     Producer,
 )
 from .records import (
+    DEFAULT_SESSION_TIMEOUT,
     MAX_VALUE_BYTES,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     Record,
     TopicInfo,

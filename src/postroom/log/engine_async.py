@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._db_async import AsyncDatabase
-from .admin_async import UNSET, AsyncLogAdmin
-from .assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
+from .admin_async import AsyncLogAdmin
+from .appender_async import AsyncAppender
 from .consumer_async import AsyncConsumer
 from .deadletters_async import AsyncDeadLetters
 from .membership_async import DEFAULT_MAX_POLL_INTERVAL
@@ -24,14 +24,16 @@ from .producer_async import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_BUFFER_MESSAGES,
     DEFAULT_BUFFER_TIMEOUT,
-    AsyncAppender,
     AsyncProducer,
 )
 from .records import (
+    DEFAULT_SESSION_TIMEOUT,
     MAX_VALUE_BYTES,
+    UNSET,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     Record,
     TopicInfo,

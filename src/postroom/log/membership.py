@@ -23,19 +23,21 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import psycopg
 
 from .._acompat import Event, gather, sleep, spawn
-from .._db import Database, translate_errors
+from .._db import Database
+from .._dbshared import translate_errors
 from .._reconnect import reconnect_delay
 from .._retention import RetentionRunner, retention_interval
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
-from .metadata import TopicCache, TopicMeta
+from .metadata import TopicCache
+from .partitions import Lease, PartitionState
+from .records import TopicMeta
 
 log = logging.getLogger("postroom.groups")
 
@@ -46,28 +48,14 @@ WAIT_SLICE = 0.2
 """Longest single wait for a notification, so a stop request is noticed promptly."""
 
 
-@dataclass(frozen=True)
-class Lease:
-    """A partition this member holds (``owned``), is handing over (``revoking``) or is waiting
-    for (``pending``), with the fencing epoch of its ownership."""
-
-    topic_id: int
-    partition: int
-    epoch: int
-    state: str
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.topic_id, self.partition)
-
-
 class Membership:
     """Keeps one member's session and leases current in the background.
 
     ``leases`` is replaced as a whole (never mutated) whenever it changes and ``version`` is
     bumped, so the consumer reads a consistent snapshot from another thread or task.
-    ``release_idle`` is called with the leases being handed over; it returns those the consumer
-    has no batch in flight on, which are released at once.
+    It reaches the consumer's partition state only through ``state.release_idle`` (called
+    with the leases being handed over; it returns those the consumer has no batch in flight
+    on, which are released at once) and ``state.busy`` (a transactional batch is open).
     """
 
     def __init__(
@@ -78,9 +66,8 @@ class Membership:
         member_id: str,
         topic_names: list[str],
         session_timeout: float,
-        release_idle: Callable[[list[Lease]], list[Lease]],
+        state: PartitionState,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
-        is_busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self._db = db
         self._topics_cache = topics_cache
@@ -88,7 +75,7 @@ class Membership:
         self.member_id = member_id
         self._topic_names = topic_names
         self.session_timeout = session_timeout
-        self._release_idle = release_idle
+        self._state = state
         self.leases: dict[tuple[int, int], Lease] = {}
         self.metas: dict[int, TopicMeta] = {}
         self.version = 0
@@ -102,7 +89,6 @@ class Membership:
         self._retention_task: Any = None
         self._next_wait = session_timeout / 3
         self.max_poll_interval = max_poll_interval
-        self._is_busy = is_busy
         self.last_poll = time.monotonic()
         self.poll_expired = False
         """Set when the member left the group for not polling within ``max_poll_interval``."""
@@ -233,10 +219,10 @@ class Membership:
         self._close_connection()
 
     def _poll_overdue(self) -> bool:
-        return not self._is_busy() and time.monotonic() - self.last_poll > self.max_poll_interval
+        return not self._state.busy and time.monotonic() - self.last_poll > self.max_poll_interval
 
     def _until_poll_due(self) -> float:
-        if self._is_busy():
+        if self._state.busy:
             return self._next_wait
         return max(0.01, self.last_poll + self.max_poll_interval - time.monotonic() + 0.01)
 
@@ -442,7 +428,7 @@ class Membership:
             self.version += 1
         revoking = [lease for lease in leases.values() if lease.state == "revoking"]
         if revoking:
-            self.release(self._release_idle(revoking))
+            self.release(self._state.release_idle(revoking))
 
     # -- notifications ----------------------------------------------------------------------
 

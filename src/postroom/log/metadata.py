@@ -5,22 +5,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
 
 from .._db import Database
 from ..errors import TopicNotFound
-from .records import check_name
+from .records import TopicMeta, check_name
 
 METADATA_MAX_AGE = 5.0
 """Seconds a cached partition count is trusted (Kafka's metadata.max.age.ms is 5 minutes)."""
-
-
-class TopicMeta(NamedTuple):
-    id: int
-    name: str
-    partitions: int
 
 
 class TopicCache:

@@ -1,18 +1,14 @@
 # Generated from src/postroom/log/producer_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""The write path (one ``reserve_offsets`` statement for every partition a batch writes, then one
-binary COPY) and the batching producer on top of it."""
+"""The batching producer: sends buffered in chunks, taken as batches by up to ``MAX_IN_FLIGHT``
+writers and written through the appender (``appender_async.py``)."""
 
 from __future__ import annotations
 
-import itertools
-import random
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Mapping
 from typing import Any, cast
-
-import psycopg
 
 from .._acompat import (
     Condition,
@@ -21,320 +17,22 @@ from .._acompat import (
     Sends,
     gather,
     is_current,
-    sleep,
     spawn,
 )
-from .._db import Database
-from ..errors import BacklogFull, BufferFull, InvalidArgument, ProducerClosed, TopicNotFound
-from .copydata import copy_data, copy_values
-from .errors import describe_write, log_errors
-from .metadata import TopicCache, TopicMeta
-from .partitioner import partition_for_key
+from .._checks import check_timeout
+from ..errors import BufferFull, InvalidArgument, ProducerClosed
+from .appender import Appender
+from .batching import MAX_IN_FLIGHT, BatchPolicy, Slot, buffered_size
 from .records import (
     _CHECKED_TOPICS,
     MAX_VALUE_BYTES,
     HeaderValue,
     Published,
     Record,
+    TopicMeta,
     Value,
     make_record,
 )
-from .staged import stage
-from .staging import record_columns
-
-SentHook = Callable[[], Any]
-"""What ``append_values`` calls (and awaits, in the async flavour) once a batch's COPY data is
-handed to the server."""
-
-
-def check_timeout(timeout: float | None) -> None:
-    if timeout is not None and (
-        not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout >= 0
-    ):
-        raise InvalidArgument(f"invalid timeout {timeout!r}: seconds >= 0, or None")
-
-
-class Appender:
-    """Writes records to the log in the caller's transaction or a pooled one.
-
-    One ``reserve_offsets`` statement locks the counter rows of every partition written, in
-    ascending (topic id, partition) order so concurrent writers cannot deadlock, and reserves a
-    range on each; one binary COPY then writes the records at those offsets. Unkeyed records
-    without a partition share one sticky partition per call.
-    """
-
-    def __init__(self, db: Database, topics: TopicCache) -> None:
-        self._db = db
-        self._topics = topics
-        self._sticky = itertools.count(random.randrange(1 << 16))
-
-    def append(
-        self, records: list[Record], conn: object = None, timeout: float | None = None
-    ) -> list[Published]:
-        """Write ``records``. A write refused by admission control (:class:`BacklogFull`) is
-        tried again, with backoff, for up to ``timeout`` seconds (not in the caller's
-        transaction ``conn``, which the refusal aborted)."""
-        if not records:
-            return []
-        results: list[Published] = self._retrying(False, records, conn, timeout)
-        return results
-
-    def append_values(
-        self,
-        topic: str,
-        values: list[bytes],
-        conn: object = None,
-        timeout: float | None = None,
-        *,
-        partition: int | None = None,
-        on_sent: SentHook | None = None,
-    ) -> tuple[int, int | None]:
-        """Write unkeyed, headerless ``values`` (non-empty, already checked) to one partition
-        of ``topic``: ``partition``, else a sticky one; the partition and the first offset
-        (None in the caller's transaction ``conn``: offsets are assigned at its commit).
-        ``on_sent`` is awaited once the COPY data is handed to the server (before the server
-        has stored it and before the commit). Retries as ``append``."""
-        position: tuple[int, int | None] = self._retrying(
-            True, (topic, values, partition, on_sent), conn, timeout
-        )
-        return position
-
-    def cached(self, topic: str) -> TopicMeta | None:
-        """The topic's metadata if it is in the cache (no query, no check of its age)."""
-        return self._topics.peek(topic)
-
-    def meta(self, topic: str) -> TopicMeta:
-        """The topic's metadata (cached); raises :class:`TopicNotFound`."""
-        with log_errors():
-            return self._topics.get(topic)
-
-    def open_connections(self, count: int) -> None:
-        """Have ``count`` pooled connections open (at most the pool's ``max_size``): check
-        them out at once and give them back, so batches written at once each find one ready
-        instead of waiting for the pool to connect. Best effort: errors are ignored (the writes
-        meet them again and report them)."""
-        pool = self._db.pool
-        held: list[Any] = []
-        try:
-            for _ in range(min(count, pool.max_size)):
-                held.append(pool.getconn(timeout=5))
-        except Exception:  # noqa: BLE001 - best effort: see the docstring
-            pass
-        finally:
-            for conn in held:
-                pool.putconn(conn)
-
-    def next_sticky(self, partitions: int) -> int:
-        """The next sticky partition of a topic of ``partitions`` partitions."""
-        return next(self._sticky) % partitions
-
-    def _retrying(self, values: bool, what: Any, conn: object, timeout: float | None) -> Any:
-        check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.01
-        committing = describe_write(values, what)
-        while True:
-            try:
-                with log_errors():
-                    with self._db.writing(conn, committing=committing) as (db_conn, own):
-                        # In the caller's transaction: staged, written at its commit (no
-                        # counter lock until then: staged_async.py). Else written now.
-                        if values:
-                            if own:
-                                return self._append_values(db_conn, what, conn is not None)
-                            return self._stage_values(db_conn, what)
-                        if own:
-                            return self._append(db_conn, what, conn is not None)
-                        return self._stage(db_conn, what)
-            except BacklogFull:
-                remaining = 0.0 if deadline is None else deadline - time.monotonic()
-                if conn is not None or remaining <= 0:
-                    raise
-                sleep(min(delay, remaining))
-                delay = min(delay * 2, 0.5)
-
-    def _append_values(
-        self,
-        conn: psycopg.Connection[Any],
-        what: tuple[str, list[bytes], int | None, SentHook | None],
-        use_conn: bool,
-    ) -> tuple[int, int]:
-        topic, values, partition, on_sent = what
-        meta = self._topics.get(topic, conn if use_conn else None)
-        if partition is None:
-            partition = next(self._sticky) % meta.partitions
-        cur = conn.execute(
-            self._db.q("reserve_offsets"),
-            {"topic_ids": [meta.id], "partitions": [partition], "counts": [len(values)]},
-        )
-        row = cur.fetchone()
-        if row is None:  # the counter row is gone: the topic was deleted meanwhile
-            self._topics.forget(meta.name)
-            raise TopicNotFound(f"topic {meta.name!r} was deleted while publishing")
-        with conn.cursor().copy(self._db.q("copy_messages")) as copy:
-            copy.write(copy_values(meta.id, partition, row[2], values))
-            if on_sent is not None:
-                on_sent()
-        return partition, row[2]
-
-    def _stage_values(
-        self,
-        conn: psycopg.Connection[Any],
-        what: tuple[str, list[bytes], int | None, SentHook | None],
-    ) -> tuple[int, None]:
-        topic, values, partition, on_sent = what
-        meta = self._topics.get(topic, conn)
-        if partition is None:
-            partition = next(self._sticky) % meta.partitions
-        count = len(values)
-        stage(
-            self._db,
-            self._topics,
-            conn,
-            [meta],
-            [meta.id] * count,
-            [partition] * count,
-            None,
-            values,
-            None,
-        )
-        if on_sent is not None:
-            on_sent()
-        return partition, None
-
-    def _stage(self, conn: psycopg.Connection[Any], records: list[Record]) -> list[Published]:
-        metas: dict[str, TopicMeta] = {}
-        for record in records:
-            if record.topic not in metas:
-                metas[record.topic] = self._topics.get(record.topic, conn)
-        topic_ids, partitions, keys, headers = record_columns(records, self._group(records, metas))
-        values = [record.value for record in records]
-        stage(
-            self._db,
-            self._topics,
-            conn,
-            list(metas.values()),
-            topic_ids,
-            partitions,
-            keys,
-            values,
-            headers,
-        )
-        return [Published(partition, None) for partition in partitions]
-
-    def _append(
-        self, conn: psycopg.Connection[Any], records: list[Record], use_conn: bool
-    ) -> list[Published]:
-        metas: dict[str, TopicMeta] = {}
-        for record in records:
-            if record.topic not in metas:
-                metas[record.topic] = self._topics.get(record.topic, conn if use_conn else None)
-        groups = self._group(records, metas)
-        order = sorted(groups)  # ascending (topic id, partition): the counter row lock order
-        cur = conn.execute(
-            self._db.q("reserve_offsets"),
-            {
-                "topic_ids": [topic_id for topic_id, _ in order],
-                "partitions": [partition for _, partition in order],
-                "counts": [len(groups[group]) for group in order],
-            },
-        )
-        firsts = {(row[0], row[1]): row[2] for row in cur.fetchall()}
-        missing = [group for group in order if group not in firsts]
-        if missing:
-            # The counter row is gone: the topic was deleted (maybe recreated) meanwhile.
-            for meta in metas.values():
-                self._topics.forget(meta.name)
-            names = [m.name for m in metas.values() if m.id == missing[0][0]]
-            raise TopicNotFound(f"topic {names[0]!r} was deleted while publishing")
-        data = copy_data(
-            [
-                (
-                    group[0],
-                    group[1],
-                    firsts[group],
-                    # One group holds every record, in input order: skip the indirection.
-                    records if len(order) == 1 else [records[i] for i in groups[group]],
-                )
-                for group in order
-            ]
-        )
-        with conn.cursor().copy(self._db.q("copy_messages")) as copy:
-            copy.write(data)
-        if len(order) == 1:
-            partition, first = order[0][1], firsts[order[0]]
-            return [Published(partition, offset) for offset in range(first, first + len(records))]
-        results: list[Published] = [None] * len(records)  # type: ignore[list-item]
-        for group in order:
-            for offset, index in enumerate(groups[group], firsts[group]):
-                results[index] = Published(group[1], offset)
-        return results
-
-    def _group(
-        self, records: list[Record], metas: dict[str, TopicMeta]
-    ) -> Mapping[tuple[int, int], Sequence[int]]:
-        """Indexes of ``records`` by (topic id, partition), in input order within each group."""
-        if len(metas) == 1 and all(r.key is None and r.partition is None for r in records):
-            # The bulk case: one topic, unkeyed, so one sticky partition for the whole call.
-            (meta,) = metas.values()
-            return {(meta.id, next(self._sticky) % meta.partitions): range(len(records))}
-        sticky: dict[str, int] = {}
-        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for index, record in enumerate(records):
-            meta = metas[record.topic]
-            if record.partition is None and record.key is None:  # the common case, inlined
-                partition = sticky.get(meta.name)
-                if partition is None:
-                    partition = sticky[meta.name] = next(self._sticky) % meta.partitions
-            else:
-                partition = self._place(record, meta, sticky)
-            groups[(meta.id, partition)].append(index)
-        return groups
-
-    def check_partition(self, record: Record) -> None:
-        """Raise if ``record`` names a partition its topic does not have (metadata cached)."""
-        if record.partition is not None:
-            self._place(record, self._topics.get(record.topic), {})
-
-    def refusals(self, records: list[Record]) -> dict[int, Exception]:
-        """The errors of the ``records`` (by index) that cannot be written: unknown topic,
-        partition out of range. Checked on the metadata cache, before any write."""
-        metas: dict[str, TopicMeta | TopicNotFound] = {}
-        for name in {r.topic for r in records}:
-            try:
-                metas[name] = self._topics.get(name)
-            except TopicNotFound as exc:
-                metas[name] = exc
-        if all(isinstance(m, TopicMeta) for m in metas.values()) and all(
-            r.partition is None for r in records
-        ):
-            return {}  # the common case: no per-record work
-        refused: dict[int, Exception] = {}
-        for index, record in enumerate(records):
-            meta = metas[record.topic]
-            if isinstance(meta, TopicNotFound):
-                refused[index] = meta
-            elif record.partition is not None and record.partition >= meta.partitions:
-                try:
-                    self._place(record, meta, {})
-                except InvalidArgument as exc:
-                    refused[index] = exc
-        return refused
-
-    def _place(self, record: Record, meta: TopicMeta, sticky: dict[str, int]) -> int:
-        if record.partition is not None:
-            if record.partition >= meta.partitions:
-                raise InvalidArgument(
-                    f"partition {record.partition} does not exist: topic {meta.name!r} has "
-                    f"partitions 0..{meta.partitions - 1}"
-                )
-            return record.partition
-        if record.key is not None:
-            return partition_for_key(record.key, meta.partitions)
-        if meta.name not in sticky:
-            sticky[meta.name] = next(self._sticky) % meta.partitions
-        return sticky[meta.name]
-
 
 DEFAULT_BATCH_SIZE = 50_000
 """Messages per producer transaction at most: per-batch costs (a pooled connection, the offset
@@ -342,20 +40,6 @@ reservation, the commit's WAL flush) cost 20-40% of the rate at 10,000 (bench/RE
 DEFAULT_BUFFER_MESSAGES = 100_000
 DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
 DEFAULT_BUFFER_TIMEOUT = 60.0
-MAX_IN_FLIGHT = 2
-"""Batches a producer writes at once, each on a pooled connection of its own. The server stores
-one batch while the next is taken, its offsets reserved, encoded and sent, so neither the
-server nor the client waits for the other (with one batch at a time they took turns: the
-server idle while the client reserved and encoded, the client waiting for the server's COPY).
-Batches in flight together write to different partitions, so each partition still gets its
-batches one after the other, in send order (see ``_admit``)."""
-
-OVERLAP_MIN_PENDING = 1000
-"""Sends that must be waiting before a batch is taken beside one in flight (or ``batch_size``,
-if smaller). A batch of a few sends gains nothing from overlapping another: it costs round
-trips and a commit, and two commits at once only wait on each other's WAL flush. So at low
-rates (say 1,000 sends a second with ``linger_ms=0``) batches go one at a time, as they did
-before (``postroom bench log``'s end-to-end latency phase)."""
 
 
 class _Chunk:
@@ -374,19 +58,6 @@ class _Chunk:
         self.sends = Sends()
         self.size = 0  # bytes of keys and values
         self.records = 0  # how many items are Records (not plain sends)
-
-
-class _Slot:
-    """A batch in flight: the partition it writes (a lean batch) or whether it holds the
-    producer alone (any other), and whether its COPY data is handed to the server yet."""
-
-    __slots__ = ("exclusive", "partition", "sent", "topic_id")
-
-    def __init__(self) -> None:
-        self.topic_id = 0
-        self.partition: int | None = None
-        self.exclusive = False
-        self.sent = False
 
 
 class Producer:
@@ -443,7 +114,8 @@ class Producer:
         check_timeout(buffer_timeout)
         self._appender = appender
         self._backlog_timeout = backlog_timeout
-        self._linger = linger_ms / 1000
+        self._policy = BatchPolicy(batch_size, linger_ms / 1000)
+        self._wake_at = self._policy.wake_points()
         self._batch_size = batch_size
         self._buffer_messages = buffer_messages
         self._buffer_bytes = buffer_bytes
@@ -462,12 +134,6 @@ class Producer:
         self._chunks: deque[_Chunk] = deque()
         self._pending = 0
         self._pending_bytes = 0
-        self._in_flight = 0  # batches taken and not yet written (or failed)
-        # Batches in flight whose COPY data is not yet handed to the server: while one is, no
-        # other is taken (it would only wait, holding a batch beyond the buffer's limits).
-        self._unsent = 0
-        self._busy: dict[int, set[int]] = {}  # topic id -> partitions lean batches in flight write
-        self._exclusive = False  # a batch of the general path is in flight, alone
         # Held by a writer while it takes a batch and admits it: batches are admitted (their
         # partitions chosen, or the producer held alone) in the order they were taken.
         self._take_lock = Lock()
@@ -502,7 +168,7 @@ class Producer:
             item = make_record(topic, value, key, headers, partition)
             if partition is not None:
                 self._appender.check_partition(item)
-            size = _item_size(item)
+            size = buffered_size(item)
         with self._buffer_lock:
             if self._closed:
                 raise ProducerClosed("send() on a closed producer")
@@ -526,11 +192,10 @@ class Producer:
             self._pending_bytes += size
             self._pending += 1
             pending = self._pending
-        if pending == 1 or pending == self._batch_size or pending == OVERLAP_MIN_PENDING:
-            # Wake the writer: the first pending message, enough for a batch beside one in
-            # flight, or a full batch. Waking needs
-            # ``_cond``, under which the writer checks the lists before it waits, so this
-            # notification cannot fall between its check and its wait.
+        if pending in self._wake_at:
+            # Wake the writer (BatchPolicy.wake_points). Waking needs ``_cond``, under which
+            # the writer checks the lists before it waits, so this notification cannot fall
+            # between its check and its wait.
             with self._cond:
                 if not self._workers:
                     self._workers = [
@@ -571,7 +236,7 @@ class Producer:
         with self._cond:
             self._flushing += 1
             try:
-                while self._pending or self._in_flight:
+                while self._pending or self._policy.in_flight:
                     self._cond.notify_all()
                     self._cond.wait_timeout(0.1)
             finally:
@@ -607,42 +272,22 @@ class Producer:
                 self._write(batch, slot)
             finally:
                 with self._cond:
-                    self._release(slot)
-                    self._in_flight -= 1
+                    self._policy.release(slot)
                     self._cond.notify_all()
 
-    def _may_take(self) -> bool:
-        """Whether a writer may take a batch now (``_cond`` held, sends pending): when no other
-        batch is in flight; or when the others' data is all sent, enough sends are pending
-        (``OVERLAP_MIN_PENDING``) and the first pending send's topic (if its metadata is
-        cached) has a partition no batch in flight writes."""
-        if not self._in_flight:
-            return True
-        if (
-            self._unsent
-            or self._exclusive
-            or self._pending < min(self._batch_size, OVERLAP_MIN_PENDING)
-        ):
-            return False
-        meta = self._appender.cached(self._chunks[0].topics[0])
-        return meta is not None and len(self._busy.get(meta.id, ())) < meta.partitions
-
     def _next_batch(self) -> _Chunk | None:
-        """Wait for sends (and for ``_may_take``), linger for more, and take a batch: the first
-        chunk of sends, up to ``batch_size`` of them."""
+        """Wait for sends (and for the policy's ``may_take``), linger for more, and take a
+        batch: the first chunk of sends, up to ``batch_size`` of them."""
+        policy = self._policy
         with self._cond:
-            while not self._pending or not self._may_take():
+            while not self._pending or not policy.may_take(self._pending, self._first_topic):
                 if not self._pending and self._closed:
                     return None
                 self._cond.wait_timeout(1.0)
-            deadline = time.monotonic() + self._linger
-            while (
-                self._pending < self._batch_size  # the first chunk is full from there on
-                and not self._closed
-                and not self._flushing
-                and not self._waiting_for_space
-            ):
-                remaining = deadline - time.monotonic()
+            deadline = policy.linger_deadline()
+            while True:
+                hurry = self._closed or bool(self._flushing) or bool(self._waiting_for_space)
+                remaining = policy.linger_left(deadline, self._pending, hurry)
                 if remaining <= 0:
                     break
                 self._cond.wait_timeout(remaining)
@@ -652,19 +297,17 @@ class Producer:
                 self._pending_bytes = self._pending_bytes - chunk.size if self._pending else 0
                 if self._waiting_for_space:
                     self._space.notify_all()
-            self._in_flight += 1
-            self._unsent += 1
+            policy.took()
             return chunk
 
-    def _admit(self, batch: _Chunk) -> _Slot:
-        """Wait until the batch may be written beside the batches in flight, and say how.
+    def _first_topic(self) -> TopicMeta | None:
+        """The cached metadata of the first pending send's topic (None: not cached)."""
+        return self._appender.cached(self._chunks[0].topics[0])
 
-        A lean batch (plain sends to one topic) gets a sticky partition that no batch in flight
-        writes: a partition's batches are then written one after the other, in the order they
-        were taken, even when one of them is refused and written again piece by piece. Any
-        other batch (keys, partitions, headers: it may write any partition) waits until it is
-        the only one in flight, and no other batch is admitted until it is written."""
-        slot = _Slot()
+    def _admit(self, batch: _Chunk) -> Slot:
+        """Wait until the batch may be written beside the batches in flight, and say how
+        (``BatchPolicy.admit``: a lean batch, plain sends to one topic, gets a partition of its
+        own; any other waits to be alone)."""
         topics = batch.topics
         topic = topics[0]
         meta: TopicMeta | None = None
@@ -675,34 +318,12 @@ class Producer:
                 meta = None
         with self._cond:
             while True:
-                if meta is not None:
-                    busy = self._busy.setdefault(meta.id, set())
-                    if not self._exclusive and len(busy) < meta.partitions:
-                        partition = self._appender.next_sticky(meta.partitions)
-                        while partition in busy:
-                            partition = self._appender.next_sticky(meta.partitions)
-                        busy.add(partition)
-                        slot.topic_id, slot.partition = meta.id, partition
-                        return slot
-                elif self._in_flight == 1:  # this batch alone
-                    self._exclusive = slot.exclusive = True
+                slot = self._policy.admit(meta, self._appender.next_sticky)
+                if slot is not None:
                     return slot
                 self._cond.wait_timeout(1.0)
 
-    def _release(self, slot: _Slot) -> None:
-        """Give back what ``slot`` held (``_cond`` held)."""
-        if slot.partition is not None:
-            busy = self._busy[slot.topic_id]
-            busy.discard(slot.partition)
-            if not busy:
-                del self._busy[slot.topic_id]
-        if slot.exclusive:
-            self._exclusive = False
-        if not slot.sent:
-            slot.sent = True
-            self._unsent -= 1
-
-    def _write(self, batch: _Chunk, slot: _Slot) -> None:
+    def _write(self, batch: _Chunk, slot: Slot) -> None:
         """Append the batch and resolve its futures after the commit. A record that cannot be
         written fails its own future only; the rest of the batch is written."""
 
@@ -710,9 +331,8 @@ class Producer:
             # The data is out: another writer may take the next batch meanwhile.
             if not slot.sent:
                 with self._cond:
-                    slot.sent = True
-                    self._unsent -= 1
-                    self._cond.notify_all()
+                    if self._policy.sent(slot):
+                        self._cond.notify_all()
 
         sends = batch.sends
         try:
@@ -768,11 +388,3 @@ class Producer:
             self._append_isolating(records[middle:], indexes[middle:], sends)
             return
         sends.set_results(indexes, results)
-
-
-def _item_size(item: bytes | Record) -> int:
-    """The bytes a pending send counts for in the producer's buffer: key and value."""
-    if type(item) is bytes:
-        return len(item)
-    record = cast(Record, item)
-    return len(record.value) + (0 if record.key is None else len(record.key))

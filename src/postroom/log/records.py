@@ -12,7 +12,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from ..errors import InvalidArgument, InvalidName, InvalidType, MessageTooLarge
 
@@ -32,6 +32,22 @@ HeaderValue = str | bytes
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+class TopicMeta(NamedTuple):
+    """A topic's id and partition count by name, as the metadata cache keeps them."""
+
+    id: int
+    name: str
+    partitions: int
+
+
+UNSET: Any = object()
+"""``alter_topic``'s default: leave the setting as it is (one object for both clients)."""
+OffsetReset = Literal["earliest", "latest"]
+"""Where a new group's cursors start: the earliest retained message or the latest."""
+DEFAULT_SESSION_TIMEOUT = 10.0
+"""Seconds a group member may stay silent before its partitions move (Kafka's default is 45)."""
 
 
 class Published(NamedTuple):

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
-from .._checks import error_text
 from .._reconnect import reconnect_delay
 from ..errors import (
     BackendUnavailable,
@@ -34,9 +33,9 @@ from ..errors import (
     TopicExists,
 )
 from .consumer import Batch, Consumer
-from .deadletters import replay_for_another_group
+from .deadletter_headers import replay_for_another_group
 from .records import Message, TopicPartition
-from .subscription import Subscription
+from .subscription import StoppedInBackoff, Subscription, describe_failure
 
 if TYPE_CHECKING:
     from .engine import Log
@@ -45,13 +44,6 @@ log = logging.getLogger("postroom.runner")
 
 POLL_WAIT = 0.5
 """Seconds a member waits for messages before it checks for a stop request."""
-MAX_ERROR_CHARS = 2000
-
-
-class _StoppedInBackoff(Exception):
-    """``stop()`` came while a failed message waited for its next attempt: the message is
-    neither retried at once nor dead-lettered (its failure may be transient); it stays
-    uncommitted for the partition's next owner."""
 
 
 class Runner:
@@ -131,7 +123,7 @@ class Runner:
                     log.error("%s: %s; this member ends", sub.name, exc)
                     self._errors.append(exc)
                     return
-                except _StoppedInBackoff:
+                except StoppedInBackoff:
                     log.info("%s: stopped during a retry backoff; the message is left", sub.name)
                     break
                 except Fenced as exc:
@@ -178,7 +170,7 @@ class Runner:
                     for message in batch:
                         self._deliver(sub, message, None)
                         handled[tp] = message.offset + 1
-        except _StoppedInBackoff:
+        except StoppedInBackoff:
             if handled:  # what was handled before the stop, not the message that waited
                 consumer.commit(handled)
                 self.processed += sum(
@@ -253,13 +245,13 @@ class Runner:
                     what,
                     attempt,
                     sub.max_attempts,
-                    _describe(exc),
+                    describe_failure(exc),
                 )
                 if attempt == sub.max_attempts:
                     return attempt, exc
                 self._stop.wait_timeout(sub.retry_wait(attempt))
                 if self._stop.is_set():
-                    raise _StoppedInBackoff from None
+                    raise StoppedInBackoff from None
         return None  # not reached: max_attempts >= 1
 
     def _dead_letter(
@@ -274,7 +266,7 @@ class Runner:
         written = self._log.dead_letter(
             message,
             group=sub.group,
-            error=_describe(error),
+            error=describe_failure(error),
             attempts=attempts,
             topic=target,
             conn=conn,
@@ -293,10 +285,5 @@ class Runner:
             message.id,
             target,
             attempts,
-            _describe(error),
+            describe_failure(error),
         )
-
-
-def _describe(exc: BaseException) -> str:
-    text = error_text(exc).replace("\x00", "\\x00")
-    return text.encode("utf-8", "replace").decode("utf-8")[:MAX_ERROR_CHARS]

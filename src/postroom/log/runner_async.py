@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from .._acompat import AEvent, acall_hook, ajoin_all, aspawn, install_stop_handler
-from .._checks import error_text
 from .._reconnect import reconnect_delay
 from ..errors import (
     BackendUnavailable,
@@ -32,9 +31,9 @@ from ..errors import (
     TopicExists,
 )
 from .consumer_async import AsyncBatch, AsyncConsumer
-from .deadletters_async import replay_for_another_group
+from .deadletter_headers import replay_for_another_group
 from .records import Message, TopicPartition
-from .subscription import Subscription
+from .subscription import StoppedInBackoff, Subscription, describe_failure
 
 if TYPE_CHECKING:
     from .engine_async import AsyncLog
@@ -43,13 +42,6 @@ log = logging.getLogger("postroom.runner")
 
 POLL_WAIT = 0.5
 """Seconds a member waits for messages before it checks for a stop request."""
-MAX_ERROR_CHARS = 2000
-
-
-class _StoppedInBackoff(Exception):
-    """``stop()`` came while a failed message waited for its next attempt: the message is
-    neither retried at once nor dead-lettered (its failure may be transient); it stays
-    uncommitted for the partition's next owner."""
 
 
 class AsyncRunner:
@@ -129,7 +121,7 @@ class AsyncRunner:
                     log.error("%s: %s; this member ends", sub.name, exc)
                     self._errors.append(exc)
                     return
-                except _StoppedInBackoff:
+                except StoppedInBackoff:
                     log.info("%s: stopped during a retry backoff; the message is left", sub.name)
                     break
                 except Fenced as exc:
@@ -176,7 +168,7 @@ class AsyncRunner:
                     for message in batch:
                         await self._deliver(sub, message, None)
                         handled[tp] = message.offset + 1
-        except _StoppedInBackoff:
+        except StoppedInBackoff:
             if handled:  # what was handled before the stop, not the message that waited
                 await consumer.commit(handled)
                 self.processed += sum(
@@ -255,13 +247,13 @@ class AsyncRunner:
                     what,
                     attempt,
                     sub.max_attempts,
-                    _describe(exc),
+                    describe_failure(exc),
                 )
                 if attempt == sub.max_attempts:
                     return attempt, exc
                 await self._stop.wait_timeout(sub.retry_wait(attempt))
                 if self._stop.is_set():
-                    raise _StoppedInBackoff from None
+                    raise StoppedInBackoff from None
         return None  # not reached: max_attempts >= 1
 
     async def _dead_letter(
@@ -276,7 +268,7 @@ class AsyncRunner:
         written = await self._log.dead_letter(
             message,
             group=sub.group,
-            error=_describe(error),
+            error=describe_failure(error),
             attempts=attempts,
             topic=target,
             conn=conn,
@@ -295,10 +287,5 @@ class AsyncRunner:
             message.id,
             target,
             attempts,
-            _describe(error),
+            describe_failure(error),
         )
-
-
-def _describe(exc: BaseException) -> str:
-    text = error_text(exc).replace("\x00", "\\x00")
-    return text.encode("utf-8", "replace").decode("utf-8")[:MAX_ERROR_CHARS]

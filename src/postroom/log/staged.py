@@ -23,7 +23,8 @@ from psycopg.types.json import Jsonb
 
 from .._db import Database
 from ..errors import TopicNotFound
-from .metadata import TopicCache, TopicMeta
+from .metadata import TopicCache
+from .records import TopicMeta
 
 
 def stage(

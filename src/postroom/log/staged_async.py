@@ -21,7 +21,8 @@ from psycopg.types.json import Jsonb
 
 from .._db_async import AsyncDatabase
 from ..errors import TopicNotFound
-from .metadata_async import AsyncTopicCache, TopicMeta
+from .metadata_async import AsyncTopicCache
+from .records import TopicMeta
 
 
 async def stage(

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._checks import error_text
 from ..errors import InvalidArgument
 from .records import (
     check_max_poll_interval,
@@ -114,3 +115,18 @@ class Subscriptions:
             return handler
 
         return decorate
+
+
+MAX_ERROR_CHARS = 2000
+"""A handler's error is cut to this many characters in logs and dead-letter headers."""
+
+
+class StoppedInBackoff(Exception):
+    """``stop()`` came while a failed message waited for its next attempt: the message is
+    neither retried at once nor dead-lettered (its failure may be transient); it stays
+    uncommitted for the partition's next owner."""
+
+
+def describe_failure(exc: BaseException) -> str:
+    text = error_text(exc).replace("\x00", "\\x00")
+    return text.encode("utf-8", "replace").decode("utf-8")[:MAX_ERROR_CHARS]

@@ -1,8 +1,8 @@
 """The outbox relay: carries topics out of PostgreSQL to Kafka, RabbitMQ, NATS, Redis or HTTP.
 
 A relay is a consumer group member whose handler publishes to a sink; see docs/outbox.md.
-This package sits between the adapters (cli, web) and the log engine: it uses the public
-client API and the log's records only.
+This package sits between the client facade and the log engine: it takes the engine
+(``client.log``) and uses its public operations and the log's records only, never the client.
 """
 
 from .delivery import RelayCounters

@@ -17,7 +17,7 @@ from ..errors import (
     MessageRejected,
     SinkUnavailable,
 )
-from ..log.deadletters_async import HEADER_PREFIX as DLQ_PREFIX
+from ..log.deadletter_headers import HEADER_PREFIX as DLQ_PREFIX
 from ..log.records import Message, TopicPartition
 from ..queue.backoff import Backoff
 from .routing import Outbound

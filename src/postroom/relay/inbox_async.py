@@ -8,16 +8,7 @@ from datetime import UTC, datetime, timedelta
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument
 from ..log.records import check_name
-
-MAX_ID_CHARS = 1000
-
-
-def check_message_id(message_id: object) -> str:
-    if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_ID_CHARS:
-        raise InvalidArgument(
-            f"invalid message id {message_id!r}: a string of 1-{MAX_ID_CHARS} characters"
-        )
-    return message_id
+from .records import check_message_id
 
 
 class AsyncInbox:

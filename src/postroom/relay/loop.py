@@ -35,7 +35,7 @@ from ..errors import (
     SinkUnavailable,
     TopicNotFound,
 )
-from ..log.deadletters_async import REPLAY_GROUP, replay_for_another_group
+from ..log.deadletter_headers import REPLAY_GROUP, replay_for_another_group
 from ..log.engine_async import AsyncLog
 from ..log.records import Message, TopicPartition, check_member_id, check_name
 from ..log.subscription import DLQ_SUFFIX

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..errors import InvalidArgument
 from ..log.records import PartitionLag
 
+MAX_ID_CHARS = 1000
+"""The longest message id an inbox records."""
 RELAY_GROUP_PREFIX = "relay."
 """Relays run in groups named ``relay.<something>`` (by default ``relay.<sink scheme>``);
 ``relay_status()`` without names lists the groups with this prefix."""
@@ -26,3 +29,11 @@ class RelayStatus:
     oldest_pending_seconds: float
     updated_at: datetime
     partitions: tuple[PartitionLag, ...]
+
+
+def check_message_id(message_id: object) -> str:
+    if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_ID_CHARS:
+        raise InvalidArgument(
+            f"invalid message id {message_id!r}: a string of 1-{MAX_ID_CHARS} characters"
+        )
+    return message_id
