@@ -22,10 +22,11 @@ from typing import Any
 
 from ..._acompat import ato_thread
 from ...errors import Fenced, InvalidArgument, NotSupported
-from ..assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
 from ..membership_async import DEFAULT_MAX_POLL_INTERVAL
 from ..records import (
+    DEFAULT_SESSION_TIMEOUT,
     Message,
+    OffsetReset,
     TopicPartition,
     check_max_poll_interval,
     check_member_id,

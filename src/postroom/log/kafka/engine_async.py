@@ -16,40 +16,31 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from ...errors import InvalidArgument, NotSupported, TopicExists, TopicNotFound
-from ..assigned_async import DEFAULT_SESSION_TIMEOUT, OffsetReset
-from ..deadletters_async import HEADER_PREFIX, dead_letter_topic, fit_headers, replay_headers
+from ..deadletter_headers import HEADER_PREFIX, dead_letter_topic, fit_headers, replay_headers
 from ..membership_async import DEFAULT_MAX_POLL_INTERVAL
 from ..records import (
+    DEFAULT_SESSION_TIMEOUT,
     GroupInfo,
     HeaderValue,
     Message,
+    OffsetReset,
     Published,
     TopicInfo,
     TopicPartition,
     Value,
     batch_record,
     check_name,
-    decode_headers,
 )
 from ..runner_async import AsyncRunner
 from ..subscription import Subscriptions
 from .admin_async import AsyncKafkaAdmin
 from .consumer_async import AsyncKafkaConsumer
+from .failures import IN_TRANSACTION, refuse_conn
+from .messages import record_headers
 from .producer_async import DEFAULT_BUFFER_MESSAGES, DEFAULT_BUFFER_TIMEOUT, AsyncKafkaProducer
 from .settings import KafkaSettings, parse_kafka_url
 
 log = logging.getLogger("postroom.dlq")
-
-IN_TRANSACTION = (
-    "publishing in the caller's database transaction (conn=) needs PostgreSQL: on kafka:// "
-    "publish without conn, or keep an outbox on PostgreSQL (publish(..., conn=) there) and "
-    "relay it to Kafka with client.relay(topics, 'kafka://...')"
-)
-
-
-def _refuse_conn(conn: object) -> None:
-    if conn is not None:
-        raise NotSupported(IN_TRANSACTION)
 
 
 async def open_kafka_log(url: str) -> AsyncKafkaLog:
@@ -158,7 +149,7 @@ class AsyncKafkaLog:
         timeout: float | None = None,
     ) -> Published:
         """Write one message and wait for the brokers' acknowledgement (``acks=all``)."""
-        _refuse_conn(conn)
+        refuse_conn(conn)
         producer = await self._shared_producer()
         sent = await producer.send(topic, value, key=key, headers=headers, partition=partition)
         published: Published = await sent  # sync: published: Published = sent.result()
@@ -174,7 +165,7 @@ class AsyncKafkaLog:
     ) -> list[Published]:
         """Write many messages; each is acknowledged on its own (Kafka has no all-or-nothing
         batch outside its transactions): a failure raises after the others were sent."""
-        _refuse_conn(conn)
+        refuse_conn(conn)
         producer = await self._shared_producer()
         futures = []
         for item in messages:
@@ -184,7 +175,7 @@ class AsyncKafkaLog:
                     record.topic,
                     record.value,
                     key=record.key,
-                    headers=_headers(record.headers),
+                    headers=record_headers(record.headers),
                     partition=record.partition,
                 )
             )
@@ -281,7 +272,7 @@ class AsyncKafkaLog:
         """Publish ``message`` to its dead-letter topic with the ``postroom-dlq-*`` headers.
         Kafka keeps no claim per group and message: two members that handled the same
         message may both write one (at least once); True."""
-        _refuse_conn(conn)
+        refuse_conn(conn)
         check_name("group", group)
         target = dead_letter_topic(message.topic) if topic is None else check_name("topic", topic)
         own: dict[str, HeaderValue] = {
@@ -386,7 +377,3 @@ class AsyncKafkaLog:
 
     async def delete_group(self, group: str) -> None:
         await self.admin.delete_group(group)
-
-
-def _headers(encoded: dict[str, Any] | None) -> dict[str, HeaderValue] | None:
-    return None if encoded is None else decode_headers(encoded)

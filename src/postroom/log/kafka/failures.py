@@ -101,3 +101,15 @@ def translate(exc: BaseException, what: str, where: str) -> PostroomError:
     if code in _UNSUPPORTED:
         return NotSupported(f"{text}: this broker does not support it")
     return PostroomError(text)
+
+
+IN_TRANSACTION = (
+    "publishing in the caller's database transaction (conn=) needs PostgreSQL: on kafka:// "
+    "publish without conn, or keep an outbox on PostgreSQL (publish(..., conn=) there) and "
+    "relay it to Kafka with client.relay(topics, 'kafka://...')"
+)
+
+
+def refuse_conn(conn: object) -> None:
+    if conn is not None:
+        raise NotSupported(IN_TRANSACTION)

@@ -55,3 +55,8 @@ def to_message(record: Any) -> Message:
 def to_partitions(partitions: Any) -> set[TopicPartition]:
     """confluent-kafka ``TopicPartition`` objects as postroom's."""
     return {TopicPartition(tp.topic, tp.partition) for tp in partitions}
+
+
+def record_headers(encoded: dict[str, Any] | None) -> dict[str, HeaderValue] | None:
+    """A checked record's headers (their JSON form) back as ``str``/``bytes`` values."""
+    return None if encoded is None else decode_headers(encoded)

@@ -15,49 +15,14 @@ count; each message goes to the same partition number, with its key, value and h
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ..._acompat import asleep
 from ...errors import InvalidArgument, TopicNotFound
 from ..records import Message, TopicPartition, check_name
 from .engine_async import AsyncKafkaLog, open_kafka_log
+from .mirror import COPY_BATCH, ID_HEADER, Anchor, MirrorLag, source_offset
 from .producer_async import AsyncKafkaProducer
-
-ID_HEADER = "postroom-id"
-COPY_BATCH = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class MirrorLag:
-    """One partition of a move: the source's high-water mark, the next source offset to copy,
-    and the messages not yet copied (``lag``)."""
-
-    partition: int
-    high_water: int
-    mirrored: int
-    lag: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Anchor:
-    """Where a Kafka partition's copies begin (Kafka offset, source offset) and end."""
-
-    kafka_first: int
-    source_first: int
-    source_next: int  # the source offset after the last message copied
-
-
-def source_offset(message: Message) -> int:
-    """The PostgreSQL offset a copied message carries in ``postroom-id``."""
-    value = message.headers.get(ID_HEADER)
-    text = value.decode() if isinstance(value, bytes) else value
-    if text is None:
-        raise InvalidArgument(
-            f"kafka message {message.id} was not copied by a topic move (no {ID_HEADER} "
-            "header): move into an empty topic"
-        )
-    return int(text.rsplit("/", 1)[1])
 
 
 class AsyncTopicMove:
@@ -127,7 +92,7 @@ class AsyncTopicMove:
                     quiet_until = time.monotonic() + (0.3 if found[-1].offset + 1 >= end else 2.0)
         return found
 
-    async def _anchor(self, partition: int) -> _Anchor | None:
+    async def _anchor(self, partition: int) -> Anchor | None:
         low, high = (await self.target.admin.watermarks(self.topic, self.partitions))[partition]
         if high <= low:
             return None
@@ -136,7 +101,7 @@ class AsyncTopicMove:
             return None
         tail = await self._read(partition, max(high - 1, low), high)
         last = tail[-1] if tail else first[-1]
-        return _Anchor(first[0].offset, source_offset(first[0]), source_offset(last) + 1)
+        return Anchor(first[0].offset, source_offset(first[0]), source_offset(last) + 1)
 
     async def copy(self, max_messages: int = COPY_BATCH) -> int:
         """Copy up to ``max_messages`` messages not yet mirrored, each partition in offset
