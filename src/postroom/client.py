@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._db import Database, open_database
+from ._delegate import delegate
 from ._grants import RoleGrant
 from ._schema import Schema
 from .errors import InvalidName
@@ -43,7 +44,7 @@ from .log.records import (
 )
 from .log.runner import Runner
 from .log.subscription import Subscriptions
-from .queue.facade import QueueFacade
+from .queue.jobs import Jobs
 from .queue.serializer import Serializer, check_serializer
 from .relay.inbox import Inbox, prune_inbox
 from .relay.loop import Relay
@@ -85,9 +86,9 @@ def connect(
     )
 
 
-class Client(QueueFacade):
-    """Topics, publishing, consumers, groups, the relay and (inherited) the job queue on one
-    postroom schema.
+class Client:
+    """Topics, publishing, consumers, groups, the relay and the job queue (``client.jobs``,
+    whose methods the client delegates) on one postroom schema.
 
     Every write takes an optional ``conn``: the caller's own psycopg connection (or a
     SQLAlchemy/Django connection wrapping one). The write then joins the caller's transaction
@@ -103,6 +104,8 @@ class Client(QueueFacade):
         self._schema = Schema(db)
         self._subscriptions = Subscriptions()
         self._dead_letters = DeadLetters(self, db)
+        # -- the queue engine (its public methods are delegated below) --
+        self.jobs = Jobs(db, serializer)
 
     @property
     def schema(self) -> str:
@@ -481,6 +484,29 @@ class Client(QueueFacade):
     def delete_group(self, group: str) -> None:
         """Forget a group's cursors; a consumer of that group then starts anew."""
         self._admin.delete_group(group)
+
+    # -- jobs: the queue engine's methods (postroom.queue.jobs_async; docs/queue.md) --------
+
+    job = delegate("jobs", Jobs.job)
+    around_job = delegate("jobs", Jobs.around_job)
+    around_enqueue = delegate("jobs", Jobs.around_enqueue)
+    periodic = delegate("jobs", Jobs.periodic)
+    enqueue = delegate("jobs", Jobs.enqueue)
+    enqueue_batch = delegate("jobs", Jobs.enqueue_batch)
+    enqueue_group = delegate("jobs", Jobs.enqueue_group)
+    pause_queue = delegate("jobs", Jobs.pause_queue)
+    resume_queue = delegate("jobs", Jobs.resume_queue)
+    worker = delegate("jobs", Jobs.worker)
+    get_job = delegate("jobs", Jobs.get_job)
+    job_handle = delegate("jobs", Jobs.job_handle)
+    list_jobs = delegate("jobs", Jobs.list_jobs)
+    retry_job = delegate("jobs", Jobs.retry_job)
+    retry_failed_jobs = delegate("jobs", Jobs.retry_failed_jobs)
+    cancel_job = delegate("jobs", Jobs.cancel_job)
+    purge_jobs = delegate("jobs", Jobs.purge_jobs)
+    job_stats = delegate("jobs", Jobs.job_stats)
+    set_job_limit = delegate("jobs", Jobs.set_job_limit)
+    set_queue_limit = delegate("jobs", Jobs.set_queue_limit)
 
 
 __all__ = ["Client", "connect"]

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._db_async import AsyncDatabase, open_database
+from ._delegate import delegate
 from ._grants import RoleGrant
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
@@ -41,7 +42,7 @@ from .log.records import (
 )
 from .log.runner_async import AsyncRunner
 from .log.subscription import Subscriptions
-from .queue.facade_async import AsyncQueueFacade
+from .queue.jobs_async import AsyncJobs
 from .queue.serializer import Serializer, check_serializer
 from .relay.inbox_async import AsyncInbox, prune_inbox
 from .relay.loop import AsyncRelay
@@ -83,9 +84,9 @@ async def connect_async(
     )
 
 
-class AsyncClient(AsyncQueueFacade):
-    """Topics, publishing, consumers, groups, the relay and (inherited) the job queue on one
-    postroom schema.
+class AsyncClient:
+    """Topics, publishing, consumers, groups, the relay and the job queue (``client.jobs``,
+    whose methods the client delegates) on one postroom schema.
 
     Every write takes an optional ``conn``: the caller's own psycopg connection (or a
     SQLAlchemy/Django connection wrapping one). The write then joins the caller's transaction
@@ -101,6 +102,8 @@ class AsyncClient(AsyncQueueFacade):
         self._schema = AsyncSchema(db)
         self._subscriptions = Subscriptions()
         self._dead_letters = AsyncDeadLetters(self, db)
+        # -- the queue engine (its public methods are delegated below) --
+        self.jobs = AsyncJobs(db, serializer)
 
     @property
     def schema(self) -> str:
@@ -479,6 +482,29 @@ class AsyncClient(AsyncQueueFacade):
     async def delete_group(self, group: str) -> None:
         """Forget a group's cursors; a consumer of that group then starts anew."""
         await self._admin.delete_group(group)
+
+    # -- jobs: the queue engine's methods (postroom.queue.jobs_async; docs/queue.md) --------
+
+    job = delegate("jobs", AsyncJobs.job)
+    around_job = delegate("jobs", AsyncJobs.around_job)
+    around_enqueue = delegate("jobs", AsyncJobs.around_enqueue)
+    periodic = delegate("jobs", AsyncJobs.periodic)
+    enqueue = delegate("jobs", AsyncJobs.enqueue)
+    enqueue_batch = delegate("jobs", AsyncJobs.enqueue_batch)
+    enqueue_group = delegate("jobs", AsyncJobs.enqueue_group)
+    pause_queue = delegate("jobs", AsyncJobs.pause_queue)
+    resume_queue = delegate("jobs", AsyncJobs.resume_queue)
+    worker = delegate("jobs", AsyncJobs.worker)
+    get_job = delegate("jobs", AsyncJobs.get_job)
+    job_handle = delegate("jobs", AsyncJobs.job_handle)
+    list_jobs = delegate("jobs", AsyncJobs.list_jobs)
+    retry_job = delegate("jobs", AsyncJobs.retry_job)
+    retry_failed_jobs = delegate("jobs", AsyncJobs.retry_failed_jobs)
+    cancel_job = delegate("jobs", AsyncJobs.cancel_job)
+    purge_jobs = delegate("jobs", AsyncJobs.purge_jobs)
+    job_stats = delegate("jobs", AsyncJobs.job_stats)
+    set_job_limit = delegate("jobs", AsyncJobs.set_job_limit)
+    set_queue_limit = delegate("jobs", AsyncJobs.set_queue_limit)
 
 
 __all__ = ["AsyncClient", "connect_async"]  # sync: __all__ = ["Client", "connect"]

@@ -1,16 +1,21 @@
 # Generated from src/postroom/queue/admin_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, and
-pausing queues. A base of ``Jobs``/``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
+"""Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, pausing
+queues and waiting for results, over one database handle (the client's, or a worker's own:
+a worker's purges and limits run on its pool); ``AsyncJob`` is a handle on one job. The SQL
+is in ``_sql/queue.sql``."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from datetime import timedelta
+from typing import Any
 
+from .._acompat import sleep
 from .._checks import check_int
 from .._db import Database
-from ..errors import InvalidArgument, JobNotFound, UniqueKeyTaken
+from ..errors import InvalidArgument, JobCancelled, JobFailed, JobNotFound, UniqueKeyTaken
 from .records import (
     JobInfo,
     JobStats,
@@ -20,12 +25,16 @@ from .records import (
     check_seconds,
     check_state,
 )
+from .serializer import Serializer, check_serializer
 
 
 class JobAdmin:
-    """The administration half of the queue operations on one postroom schema."""
+    """The job administration of one postroom schema, over ``db``; ``serializer`` decodes
+    results."""
 
-    db: Database
+    def __init__(self, db: Database, serializer: Serializer | None = None) -> None:
+        self.db = db
+        self.serializer = check_serializer(serializer)
 
     def get(self, job_id: int) -> JobInfo:
         with self.db.connection() as conn:
@@ -192,6 +201,60 @@ class JobAdmin:
         with self.db.connection() as conn:
             cur = conn.execute(self.db.q("list_limits"))
             return [tuple(row) for row in cur.fetchall()]
+
+    def outcome(self, job_id: int, timeout: float | None) -> Any:
+        """Wait for the job to finish and return its result (see ``Job.result``)."""
+        deadline = None if timeout is None else time.monotonic() + check_seconds("timeout", timeout)
+        pause = 0.005
+        while True:
+            with self.db.connection() as conn:
+                cur = conn.execute(self.db.q("job_outcome"), {"id": job_id})
+                row = cur.fetchone()
+            if row is None:
+                raise JobNotFound(
+                    f"job {job_id} not found: never enqueued, purged, or finished with "
+                    "keep_finished=0 (results are kept only while finished jobs are)"
+                )
+            state, result, last_error = row
+            if state == "done":
+                return self.serializer.decode(result)
+            if state == "failed":
+                raise JobFailed(f"job {job_id} failed: {last_error}", job_id, last_error)
+            if state == "cancelled":
+                raise JobCancelled(f"job {job_id} was cancelled")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {state} after {timeout} s")
+            wait = pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic()))
+            sleep(wait)
+            pause = min(pause * 2, 0.25)
+
+
+class Job:
+    """A handle on an enqueued job: wait for its result, inspect or cancel it."""
+
+    def __init__(self, admin: JobAdmin, job_id: int, created: bool = True) -> None:
+        self._admin = admin
+        self.id = job_id
+        self.created = created
+        """False when enqueue found a ready or running job holding the unique key."""
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id}{'' if self.created else ' (existing)'}>"
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The job's return value (JSON-decoded) once it is done.
+
+        Waits up to ``timeout`` seconds (forever if None), then raises ``TimeoutError``.
+        Raises :class:`JobFailed` if it ended failed, :class:`JobCancelled` if cancelled, and
+        :class:`JobNotFound` if its finished row was not kept (``keep_finished``)."""
+        return self._admin.outcome(self.id, timeout)
+
+    def info(self) -> JobInfo:
+        return self._admin.get(self.id)
+
+    def cancel(self) -> str:
+        """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
+        return self._admin.cancel(self.id)
 
 
 def _check_id(job_id: object) -> int:

@@ -1,14 +1,19 @@
-"""Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, and
-pausing queues. A base of ``Jobs``/``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
+"""Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, pausing
+queues and waiting for results, over one database handle (the client's, or a worker's own:
+a worker's purges and limits run on its pool); ``AsyncJob`` is a handle on one job. The SQL
+is in ``_sql/queue.sql``."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from datetime import timedelta
+from typing import Any
 
+from .._acompat import asleep
 from .._checks import check_int
 from .._db_async import AsyncDatabase
-from ..errors import InvalidArgument, JobNotFound, UniqueKeyTaken
+from ..errors import InvalidArgument, JobCancelled, JobFailed, JobNotFound, UniqueKeyTaken
 from .records import (
     JobInfo,
     JobStats,
@@ -18,12 +23,16 @@ from .records import (
     check_seconds,
     check_state,
 )
+from .serializer import Serializer, check_serializer
 
 
 class AsyncJobAdmin:
-    """The administration half of the queue operations on one postroom schema."""
+    """The job administration of one postroom schema, over ``db``; ``serializer`` decodes
+    results."""
 
-    db: AsyncDatabase
+    def __init__(self, db: AsyncDatabase, serializer: Serializer | None = None) -> None:
+        self.db = db
+        self.serializer = check_serializer(serializer)
 
     async def get(self, job_id: int) -> JobInfo:
         async with self.db.connection() as conn:
@@ -190,6 +199,60 @@ class AsyncJobAdmin:
         async with self.db.connection() as conn:
             cur = await conn.execute(self.db.q("list_limits"))
             return [tuple(row) for row in await cur.fetchall()]
+
+    async def outcome(self, job_id: int, timeout: float | None) -> Any:
+        """Wait for the job to finish and return its result (see ``Job.result``)."""
+        deadline = None if timeout is None else time.monotonic() + check_seconds("timeout", timeout)
+        pause = 0.005
+        while True:
+            async with self.db.connection() as conn:
+                cur = await conn.execute(self.db.q("job_outcome"), {"id": job_id})
+                row = await cur.fetchone()
+            if row is None:
+                raise JobNotFound(
+                    f"job {job_id} not found: never enqueued, purged, or finished with "
+                    "keep_finished=0 (results are kept only while finished jobs are)"
+                )
+            state, result, last_error = row
+            if state == "done":
+                return self.serializer.decode(result)
+            if state == "failed":
+                raise JobFailed(f"job {job_id} failed: {last_error}", job_id, last_error)
+            if state == "cancelled":
+                raise JobCancelled(f"job {job_id} was cancelled")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {state} after {timeout} s")
+            wait = pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic()))
+            await asleep(wait)
+            pause = min(pause * 2, 0.25)
+
+
+class AsyncJob:
+    """A handle on an enqueued job: wait for its result, inspect or cancel it."""
+
+    def __init__(self, admin: AsyncJobAdmin, job_id: int, created: bool = True) -> None:
+        self._admin = admin
+        self.id = job_id
+        self.created = created
+        """False when enqueue found a ready or running job holding the unique key."""
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id}{'' if self.created else ' (existing)'}>"
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The job's return value (JSON-decoded) once it is done.
+
+        Waits up to ``timeout`` seconds (forever if None), then raises ``TimeoutError``.
+        Raises :class:`JobFailed` if it ended failed, :class:`JobCancelled` if cancelled, and
+        :class:`JobNotFound` if its finished row was not kept (``keep_finished``)."""
+        return await self._admin.outcome(self.id, timeout)
+
+    async def info(self) -> JobInfo:
+        return await self._admin.get(self.id)
+
+    async def cancel(self) -> str:
+        """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
+        return await self._admin.cancel(self.id)
 
 
 def _check_id(job_id: object) -> int:

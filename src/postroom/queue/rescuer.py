@@ -14,8 +14,9 @@ import psycopg
 
 from .._acompat import Event
 from .._db import Database
+from .admin import JobAdmin
 from .fetcher import Fetcher
-from .jobs import Jobs
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
@@ -32,7 +33,8 @@ class Rescuer:
     def __init__(
         self,
         db: Database,
-        jobs: Jobs,
+        admin: JobAdmin,
+        registry: JobRegistry,
         *,
         interval: float,
         keep_finished: float,
@@ -41,7 +43,8 @@ class Rescuer:
         warn_after: float | None = None,
     ) -> None:
         self._db = db
-        self._jobs = jobs
+        self._admin = admin
+        self._registry = registry
         self._interval = interval
         self._keep_finished = keep_finished
         self._fetcher = fetcher
@@ -61,8 +64,8 @@ class Rescuer:
                 self.rescue()
                 if self._keep_finished > 0 and time.monotonic() >= next_purge:
                     next_purge = time.monotonic() + PURGE_INTERVAL
-                    self._jobs.purge("done", self._keep_finished)
-                    self._jobs.purge("cancelled", self._keep_finished)
+                    self._admin.purge("done", self._keep_finished)
+                    self._admin.purge("cancelled", self._keep_finished)
                 if self._warn_after is not None and time.monotonic() >= next_check:
                     next_check = time.monotonic() + check_interval
                     self.warn_unregistered()
@@ -94,7 +97,7 @@ class Rescuer:
                 self._db.q("waiting_unregistered_kinds"),
                 {
                     "threshold": timedelta(seconds=self._warn_after),
-                    "kinds": sorted(self._jobs.definitions),
+                    "kinds": sorted(self._registry.definitions),
                 },
             )
             rows = cur.fetchall()

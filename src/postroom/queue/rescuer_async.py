@@ -12,8 +12,9 @@ import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
+from .admin_async import AsyncJobAdmin
 from .fetcher_async import AsyncFetcher
-from .jobs_async import AsyncJobs
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
@@ -30,7 +31,8 @@ class AsyncRescuer:
     def __init__(
         self,
         db: AsyncDatabase,
-        jobs: AsyncJobs,
+        admin: AsyncJobAdmin,
+        registry: JobRegistry,
         *,
         interval: float,
         keep_finished: float,
@@ -39,7 +41,8 @@ class AsyncRescuer:
         warn_after: float | None = None,
     ) -> None:
         self._db = db
-        self._jobs = jobs
+        self._admin = admin
+        self._registry = registry
         self._interval = interval
         self._keep_finished = keep_finished
         self._fetcher = fetcher
@@ -59,8 +62,8 @@ class AsyncRescuer:
                 await self.rescue()
                 if self._keep_finished > 0 and time.monotonic() >= next_purge:
                     next_purge = time.monotonic() + PURGE_INTERVAL
-                    await self._jobs.purge("done", self._keep_finished)
-                    await self._jobs.purge("cancelled", self._keep_finished)
+                    await self._admin.purge("done", self._keep_finished)
+                    await self._admin.purge("cancelled", self._keep_finished)
                 if self._warn_after is not None and time.monotonic() >= next_check:
                     next_check = time.monotonic() + check_interval
                     await self.warn_unregistered()
@@ -92,7 +95,7 @@ class AsyncRescuer:
                 self._db.q("waiting_unregistered_kinds"),
                 {
                     "threshold": timedelta(seconds=self._warn_after),
-                    "kinds": sorted(self._jobs.definitions),
+                    "kinds": sorted(self._registry.definitions),
                 },
             )
             rows = await cur.fetchall()

@@ -11,8 +11,8 @@ import psycopg
 
 from .._acompat import Event
 from .._db import Database
-from .jobs import Jobs
 from .records import notify_payload
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
@@ -23,11 +23,11 @@ class Scheduler:
     transaction as the job insert. Ticks missed while no worker ran are enqueued once, not
     once per tick."""
 
-    def __init__(self, db: Database, jobs: Jobs, *, stopping: Event) -> None:
+    def __init__(self, db: Database, registry: JobRegistry, *, stopping: Event) -> None:
         self._db = db
-        self._jobs = jobs
+        self._registry = registry
         self._stopping = stopping
-        self._names = sorted(jobs.schedules)
+        self._names = sorted(registry.schedules)
 
     def register(self) -> None:
         """Store the registered schedules (new ones start at their next tick)."""
@@ -36,7 +36,7 @@ class Scheduler:
             row = cur.fetchone()
             assert row is not None
             now = row[0]
-            for schedule in self._jobs.schedules.values():
+            for schedule in self._registry.schedules.values():
                 conn.execute(
                     self._db.q("upsert_schedule"),
                     {
@@ -79,7 +79,7 @@ class Scheduler:
             tick,
             now,
         ) in cur.fetchall():
-            schedule = self._jobs.schedules[name]
+            schedule = self._registry.schedules[name]
             conn.execute(
                 self._db.q("enqueue_unique_jobs"),
                 {

@@ -9,8 +9,8 @@ import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
-from .jobs_async import AsyncJobs
 from .records import notify_payload
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
@@ -21,11 +21,11 @@ class AsyncScheduler:
     transaction as the job insert. Ticks missed while no worker ran are enqueued once, not
     once per tick."""
 
-    def __init__(self, db: AsyncDatabase, jobs: AsyncJobs, *, stopping: AEvent) -> None:
+    def __init__(self, db: AsyncDatabase, registry: JobRegistry, *, stopping: AEvent) -> None:
         self._db = db
-        self._jobs = jobs
+        self._registry = registry
         self._stopping = stopping
-        self._names = sorted(jobs.schedules)
+        self._names = sorted(registry.schedules)
 
     async def register(self) -> None:
         """Store the registered schedules (new ones start at their next tick)."""
@@ -34,7 +34,7 @@ class AsyncScheduler:
             row = await cur.fetchone()
             assert row is not None
             now = row[0]
-            for schedule in self._jobs.schedules.values():
+            for schedule in self._registry.schedules.values():
                 await conn.execute(
                     self._db.q("upsert_schedule"),
                     {
@@ -77,7 +77,7 @@ class AsyncScheduler:
             tick,
             now,
         ) in await cur.fetchall():
-            schedule = self._jobs.schedules[name]
+            schedule = self._registry.schedules[name]
             await conn.execute(
                 self._db.q("enqueue_unique_jobs"),
                 {

@@ -52,13 +52,15 @@ from ..errors import (
     WorkerCrashed,
 )
 from . import joblog
+from .admin import JobAdmin
 from .completer import Completer
 from .fetcher import AUTO_PREFETCH_MAX, Fetcher
 from .heartbeat import Heartbeat
-from .jobs import Jobs
+from .hooks import Hooks
 from .listener import Listener
 from .outcomes import Claimed, HeldJobs, Outcome
 from .records import check_queues, check_seconds
+from .registry import JobRegistry
 from .rescuer import Rescuer
 from .runner import Runner
 from .scheduler import Scheduler
@@ -101,7 +103,9 @@ class Worker:
 
     def __init__(
         self,
-        jobs: Jobs,
+        db: Database,
+        registry: JobRegistry,
+        hooks: Hooks,
         queues: list[str] | None = None,
         *,
         concurrency: int = 10,
@@ -118,10 +122,11 @@ class Worker:
         warn_unregistered_after: float | timedelta | None = 300.0,
         name: str | None = None,
     ) -> None:
-        self._jobs = jobs
+        self._client_db = db  # its conninfo and schema: the worker queries on a pool of its own
+        self._registry = registry
+        self._hooks = hooks
         if queues is None:
-            registered = {d.queue for d in jobs.definitions.values()}
-            registered |= {s.queue for s in jobs.schedules.values()}
+            registered = registry.queues()
             if not registered:
                 raise InvalidArgument(
                     "this worker has nothing to run: register jobs with @client.job first, "
@@ -171,10 +176,7 @@ class Worker:
             else check_seconds("warn_unregistered_after", warn_unregistered_after)
         )
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._limited = any(
-            d.max_concurrency is not None or d.rate_limit is not None
-            for d in jobs.definitions.values()
-        )
+        self._limited = registry.limited()
         ahead = AUTO_PREFETCH_MAX if prefetch is None else prefetch
         # A claim in flight, the buffer and a write-back in flight can each hold about this many.
         self._held = HeldJobs(3 * (concurrency + ahead))
@@ -208,10 +210,14 @@ class Worker:
         self._started = True
         pool = self._pool()
         pool.open(wait=True)
-        db = Database(pool, self._jobs.db.conninfo, self._jobs.db.schema)
+        db = Database(pool, self._client_db.conninfo, self._client_db.schema)
+        # Every query of the worker runs on its own pool, its purges and limits included.
+        admin = JobAdmin(db, self._registry.serializer)
         restore = install_sync_stop_handler(self.stop) if handle_signals else None
         self._threads = SyncJobThreads(self.concurrency)
-        self._runner = Runner(self._jobs, worker=self.name, threads=self._threads, stop=self.stop)
+        self._runner = Runner(
+            self._registry, self._hooks, worker=self.name, threads=self._threads, stop=self.stop
+        )
         fetcher = self._fetcher = Fetcher(
             db,
             worker=self.name,
@@ -247,7 +253,8 @@ class Worker:
                 "maintenance",
                 Rescuer(
                     db,
-                    self._jobs,
+                    admin,
+                    self._registry,
                     interval=self._rescue_interval,
                     keep_finished=self._keep_finished,
                     fetcher=fetcher,
@@ -257,8 +264,8 @@ class Worker:
             ),
         ]
         scheduler = None
-        if self._jobs.schedules:
-            scheduler = Scheduler(db, self._jobs, stopping=self._stopping)
+        if self._registry.schedules:
+            scheduler = Scheduler(db, self._registry, stopping=self._stopping)
             units.append(("scheduler", scheduler))
         if self._vacuum_interval is not None:
             units.append(
@@ -284,7 +291,7 @@ class Worker:
             units.append(("listener", listener))
         background = []
         try:
-            self._register_limits()
+            self._register_limits(admin)
             self._warn_unused_queues(db)
             if scheduler is not None:
                 scheduler.register()
@@ -349,14 +356,14 @@ class Worker:
         kwargs: dict[str, Any] = {"autocommit": True}
         if not self._listen:
             kwargs["prepare_threshold"] = None
-        session = self._jobs.db.q("worker_session")
+        session = self._client_db.q("worker_session")
 
         def configure(conn: psycopg.Connection[Any]) -> None:
             if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
                 conn.execute(session)
 
         return ReconnectingPool(
-            self._jobs.db.conninfo,
+            self._client_db.conninfo,
             min_size=1,
             max_size=5,
             kwargs=kwargs,
@@ -367,12 +374,12 @@ class Worker:
             name=f"postroom-worker-{self.name}",
         )
 
-    def _register_limits(self) -> None:
+    def _register_limits(self, admin: JobAdmin) -> None:
         """Store the registered concurrency and rate limits."""
-        for definition in self._jobs.definitions.values():
+        for definition in self._registry.definitions.values():
             if definition.max_concurrency is not None or definition.rate_limit is not None:
                 try:
-                    self._jobs.set_limit(
+                    admin.set_limit(
                         "kind",
                         definition.kind,
                         definition.max_concurrency,
@@ -386,8 +393,7 @@ class Worker:
 
     def _warn_unused_queues(self, db: Database) -> None:
         """Warn about a queue with no registered kind that never had a job (a typo?)."""
-        served = {d.queue for d in self._jobs.definitions.values()}
-        served |= {s.queue for s in self._jobs.schedules.values()}
+        served = self._registry.queues()
         unserved = [q for q in self.queues if q not in served]
         if not unserved:
             return

@@ -50,13 +50,15 @@ from ..errors import (
     WorkerCrashed,
 )
 from . import joblog
+from .admin_async import AsyncJobAdmin
 from .completer_async import AsyncCompleter
 from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher
 from .heartbeat_async import AsyncHeartbeat
-from .jobs_async import AsyncJobs
+from .hooks_async import AsyncHooks
 from .listener_async import AsyncListener
 from .outcomes import Claimed, HeldJobs, Outcome
 from .records import check_queues, check_seconds
+from .registry import JobRegistry
 from .rescuer_async import AsyncRescuer
 from .runner_async import AsyncRunner
 from .scheduler_async import AsyncScheduler
@@ -99,7 +101,9 @@ class AsyncWorker:
 
     def __init__(
         self,
-        jobs: AsyncJobs,
+        db: AsyncDatabase,
+        registry: JobRegistry,
+        hooks: AsyncHooks,
         queues: list[str] | None = None,
         *,
         concurrency: int = 10,
@@ -116,10 +120,11 @@ class AsyncWorker:
         warn_unregistered_after: float | timedelta | None = 300.0,
         name: str | None = None,
     ) -> None:
-        self._jobs = jobs
+        self._client_db = db  # its conninfo and schema: the worker queries on a pool of its own
+        self._registry = registry
+        self._hooks = hooks
         if queues is None:
-            registered = {d.queue for d in jobs.definitions.values()}
-            registered |= {s.queue for s in jobs.schedules.values()}
+            registered = registry.queues()
             if not registered:
                 raise InvalidArgument(
                     "this worker has nothing to run: register jobs with @client.job first, "
@@ -169,10 +174,7 @@ class AsyncWorker:
             else check_seconds("warn_unregistered_after", warn_unregistered_after)
         )
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._limited = any(
-            d.max_concurrency is not None or d.rate_limit is not None
-            for d in jobs.definitions.values()
-        )
+        self._limited = registry.limited()
         ahead = AUTO_PREFETCH_MAX if prefetch is None else prefetch
         # A claim in flight, the buffer and a write-back in flight can each hold about this many.
         self._held = HeldJobs(3 * (concurrency + ahead))
@@ -206,11 +208,13 @@ class AsyncWorker:
         self._started = True
         pool = self._pool()
         await pool.open(wait=True)
-        db = AsyncDatabase(pool, self._jobs.db.conninfo, self._jobs.db.schema)
+        db = AsyncDatabase(pool, self._client_db.conninfo, self._client_db.schema)
+        # Every query of the worker runs on its own pool, its purges and limits included.
+        admin = AsyncJobAdmin(db, self._registry.serializer)
         restore = install_stop_handler(self.stop) if handle_signals else None
         self._threads = JobThreads(self.concurrency)
         self._runner = AsyncRunner(
-            self._jobs, worker=self.name, threads=self._threads, stop=self.stop
+            self._registry, self._hooks, worker=self.name, threads=self._threads, stop=self.stop
         )
         fetcher = self._fetcher = AsyncFetcher(
             db,
@@ -247,7 +251,8 @@ class AsyncWorker:
                 "maintenance",
                 AsyncRescuer(
                     db,
-                    self._jobs,
+                    admin,
+                    self._registry,
                     interval=self._rescue_interval,
                     keep_finished=self._keep_finished,
                     fetcher=fetcher,
@@ -257,8 +262,8 @@ class AsyncWorker:
             ),
         ]
         scheduler = None
-        if self._jobs.schedules:
-            scheduler = AsyncScheduler(db, self._jobs, stopping=self._stopping)
+        if self._registry.schedules:
+            scheduler = AsyncScheduler(db, self._registry, stopping=self._stopping)
             units.append(("scheduler", scheduler))
         if self._vacuum_interval is not None:
             units.append(
@@ -284,7 +289,7 @@ class AsyncWorker:
             units.append(("listener", listener))
         background = []
         try:
-            await self._register_limits()
+            await self._register_limits(admin)
             await self._warn_unused_queues(db)
             if scheduler is not None:
                 await scheduler.register()
@@ -349,14 +354,14 @@ class AsyncWorker:
         kwargs: dict[str, Any] = {"autocommit": True}
         if not self._listen:
             kwargs["prepare_threshold"] = None
-        session = self._jobs.db.q("worker_session")
+        session = self._client_db.q("worker_session")
 
         async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
             if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
                 await conn.execute(session)
 
         return AsyncReconnectingPool(
-            self._jobs.db.conninfo,
+            self._client_db.conninfo,
             min_size=1,
             max_size=5,
             kwargs=kwargs,
@@ -367,12 +372,12 @@ class AsyncWorker:
             name=f"postroom-worker-{self.name}",
         )
 
-    async def _register_limits(self) -> None:
+    async def _register_limits(self, admin: AsyncJobAdmin) -> None:
         """Store the registered concurrency and rate limits."""
-        for definition in self._jobs.definitions.values():
+        for definition in self._registry.definitions.values():
             if definition.max_concurrency is not None or definition.rate_limit is not None:
                 try:
-                    await self._jobs.set_limit(
+                    await admin.set_limit(
                         "kind",
                         definition.kind,
                         definition.max_concurrency,
@@ -386,8 +391,7 @@ class AsyncWorker:
 
     async def _warn_unused_queues(self, db: AsyncDatabase) -> None:
         """Warn about a queue with no registered kind that never had a job (a typo?)."""
-        served = {d.queue for d in self._jobs.definitions.values()}
-        served |= {s.queue for s in self._jobs.schedules.values()}
+        served = self._registry.queues()
         unserved = [q for q in self.queues if q not in served]
         if not unserved:
             return
