@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from . import _sql
 from ._acompat import sleep, to_thread
 from ._conninfo import unavailable
+from ._maintenance import ClientOptions
 from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
 from .errors import (
@@ -39,13 +40,25 @@ _QUERIES = _sql.all_queries()
 log = logging.getLogger("postroom")
 
 
+DEFAULT_OPTIONS = ClientOptions()
+
+
 class Database:
     """A pool of connections to one postroom schema, with its queries rendered for that schema."""
 
-    def __init__(self, pool: ConnectionPool, conninfo: str, schema: str) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        conninfo: str,
+        schema: str,
+        options: ClientOptions = DEFAULT_OPTIONS,
+    ) -> None:
         self.pool = pool
         self.conninfo = conninfo
         self.schema = schema
+        self.options = options
+        """The client's options (``connect(retention_interval=..., pause_gc=...)``), for the
+        engines' background units and fast paths."""
         self.topic_names: dict[int, str] = {}
         """Names of the topics looked up through this handle, by id: errors raised by SQL
         functions name a topic by its id, and ``translate_errors`` puts the name back."""
@@ -198,7 +211,13 @@ class ReconnectingPool(ConnectionPool):
             sleep(attempt.delay)
 
 
-def open_database(url: str | None, schema: str, min_size: int, max_size: int) -> Database:
+def open_database(
+    url: str | None,
+    schema: str,
+    min_size: int,
+    max_size: int,
+    options: ClientOptions = DEFAULT_OPTIONS,
+) -> Database:
     """A database handle on ``url`` (else ``POSTROOM_URL``, ``DATABASE_URL``, the embedded
     server), its pool open. Raises :class:`DatabaseUnavailable` at once, without the password,
     if the server cannot be reached or the URL does not parse."""
@@ -221,7 +240,7 @@ def open_database(url: str | None, schema: str, min_size: int, max_size: int) ->
         check=check_pooled,
     )
     pool.open(wait=True)
-    return Database(pool, conninfo, schema)
+    return Database(pool, conninfo, schema, options)
 
 
 def check_pooled(conn: psycopg.Connection[Any]) -> None:

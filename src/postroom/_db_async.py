@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from . import _sql
 from ._acompat import asleep, ato_thread
 from ._conninfo import unavailable
+from ._maintenance import ClientOptions
 from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
 from .errors import (
@@ -37,13 +38,25 @@ _QUERIES = _sql.all_queries()
 log = logging.getLogger("postroom")
 
 
+DEFAULT_OPTIONS = ClientOptions()
+
+
 class AsyncDatabase:
     """A pool of connections to one postroom schema, with its queries rendered for that schema."""
 
-    def __init__(self, pool: AsyncConnectionPool, conninfo: str, schema: str) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        conninfo: str,
+        schema: str,
+        options: ClientOptions = DEFAULT_OPTIONS,
+    ) -> None:
         self.pool = pool
         self.conninfo = conninfo
         self.schema = schema
+        self.options = options
+        """The client's options (``connect(retention_interval=..., pause_gc=...)``), for the
+        engines' background units and fast paths."""
         self.topic_names: dict[int, str] = {}
         """Names of the topics looked up through this handle, by id: errors raised by SQL
         functions name a topic by its id, and ``translate_errors`` puts the name back."""
@@ -199,7 +212,11 @@ class AsyncReconnectingPool(AsyncConnectionPool):
 
 
 async def open_database(
-    url: str | None, schema: str, min_size: int, max_size: int
+    url: str | None,
+    schema: str,
+    min_size: int,
+    max_size: int,
+    options: ClientOptions = DEFAULT_OPTIONS,
 ) -> AsyncDatabase:
     """A database handle on ``url`` (else ``POSTROOM_URL``, ``DATABASE_URL``, the embedded
     server), its pool open. Raises :class:`DatabaseUnavailable` at once, without the password,
@@ -223,7 +240,7 @@ async def open_database(
         check=check_pooled,
     )
     await pool.open(wait=True)
-    return AsyncDatabase(pool, conninfo, schema)
+    return AsyncDatabase(pool, conninfo, schema, options)
 
 
 async def check_pooled(conn: psycopg.AsyncConnection[Any]) -> None:

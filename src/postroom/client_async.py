@@ -11,6 +11,8 @@ from typing import Any
 from ._db_async import AsyncDatabase, open_database
 from ._delegate import delegate
 from ._grants import RoleGrant
+from ._maintenance import UNSET as UNSET_OPTION
+from ._maintenance import client_options
 from ._schema_async import AsyncSchema
 from .errors import InvalidName
 from .log.admin_async import UNSET, AsyncLogAdmin
@@ -61,11 +63,16 @@ async def connect_async(
     min_size: int = 1,
     max_size: int = 10,
     serializer: Serializer | None = None,
+    retention_interval: float | timedelta | None = UNSET_OPTION,
+    pause_gc: bool = True,
 ) -> AsyncClient:
     """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
     PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
     ``close()`` (or use ``with``) when done. ``serializer`` encodes job arguments and results
     (default: JSON with datetime, date, UUID and Decimal; see ``postroom.Serializer``).
+    ``retention_interval``: seconds between the retention rounds of this client's group
+    members (None: none; default: ``POSTROOM_RETENTION_INTERVAL``, else 30). ``pause_gc=False``
+    keeps the garbage collector running while a poll decodes a batch (docs/log.md).
 
         with postroom.connect() as client:  # async with await postroom.connect_async()
             client.migrate()  # await client.migrate()
@@ -79,7 +86,9 @@ async def connect_async(
             "not starting with a digit"
         )
     return AsyncClient(
-        await open_database(url, schema, min_size, max_size),
+        await open_database(
+            url, schema, min_size, max_size, client_options(retention_interval, pause_gc)
+        ),
         serializer=check_serializer(serializer),
     )
 
@@ -246,9 +255,9 @@ class AsyncClient:
         pins the log, and its lag then counts messages it will never see. Deletes at most
         ``batch_size`` messages per partition per call, so each transaction stays short; returns
         how many it deleted (call again while it returns a full batch). Running group members
-        and workers do this (with the defaults) every 30 s by themselves, and VACUUM
-        ``messages`` afterwards when their role owns it; ``POSTROOM_RETENTION_INTERVAL=off``
-        turns that off (docs/log.md, "Retention").
+        do this (with the defaults) every 30 s by themselves (``connect(retention_interval=)``,
+        default ``POSTROOM_RETENTION_INTERVAL``), and VACUUM ``messages`` afterwards when
+        their role owns it; None or ``off`` turns that off (docs/log.md, "Retention").
         """
         return await self._admin.apply_retention(group_expiry, batch_size)
 

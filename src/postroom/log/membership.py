@@ -32,7 +32,7 @@ import psycopg
 from .._acompat import Event, gather, sleep, spawn
 from .._db import Database, translate_errors
 from .._reconnect import reconnect_delay
-from .._retention import RetentionRunner, retention_interval
+from .._retention import RetentionRunner
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata import TopicCache, TopicMeta
@@ -150,7 +150,7 @@ class Membership:
             self._close_connection()
             raise
         self._task = spawn(self._run, name=f"postroom-member-{self.member_id}")
-        interval = retention_interval()
+        interval = self._db.options.retention_interval()
         if interval is not None and self._retention_task is None:
             runner = RetentionRunner(self._db, interval=interval, stopping=self._retention_stop)
             self._retention_task = spawn(runner.run, name=f"postroom-retention-{self.member_id}")

@@ -30,7 +30,7 @@ import psycopg
 from .._acompat import AEvent, agather, asleep, aspawn
 from .._db_async import AsyncDatabase, translate_errors
 from .._reconnect import reconnect_delay
-from .._retention_async import AsyncRetentionRunner, retention_interval
+from .._retention_async import AsyncRetentionRunner
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata_async import AsyncTopicCache, TopicMeta
@@ -148,7 +148,7 @@ class AsyncMembership:
             await self._close_connection()
             raise
         self._task = aspawn(self._run, name=f"postroom-member-{self.member_id}")
-        interval = retention_interval()
+        interval = self._db.options.retention_interval()
         if interval is not None and self._retention_task is None:
             runner = AsyncRetentionRunner(
                 self._db, interval=interval, stopping=self._retention_stop

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from .._acompat import sleep
-from .._checks import check_int
+from .._checks import check_int, check_seconds
 from .._db import Database
 from ..errors import InvalidArgument, JobCancelled, JobFailed, JobNotFound, UniqueKeyTaken
 from .records import (
@@ -22,7 +22,6 @@ from .records import (
     QueueCount,
     check_kind,
     check_queue,
-    check_seconds,
     check_state,
 )
 from .serializer import Serializer, check_serializer

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from .._acompat import asleep
-from .._checks import check_int
+from .._checks import check_int, check_seconds
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, JobCancelled, JobFailed, JobNotFound, UniqueKeyTaken
 from .records import (
@@ -20,7 +20,6 @@ from .records import (
     QueueCount,
     check_kind,
     check_queue,
-    check_seconds,
     check_state,
 )
 from .serializer import Serializer, check_serializer

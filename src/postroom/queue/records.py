@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from .._checks import check_int, check_text
+from .._checks import MAX_SECONDS, check_int, check_seconds, check_text
 from ..errors import InvalidArgument, InvalidName, InvalidType
 from .backoff import Backoff
 from .context import JobContext
@@ -26,8 +25,6 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 25
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_UNIQUE_KEY = 1000
-MAX_SECONDS = 100 * 365.25 * 86400
-"""The longest duration (delay, timeout, ...) accepted: 100 years."""
 
 
 def check_queue(queue: object) -> str:
@@ -72,27 +69,6 @@ def check_priority(priority: object) -> int:
 
 def check_max_attempts(max_attempts: object) -> int:
     return check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
-
-
-def check_seconds(what: str, value: object, *, allow_zero: bool = True) -> float:
-    """A duration given as seconds or a timedelta, as float seconds; never negative."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidArgument(f"invalid {what} {value!r}: pass seconds (a number) or a timedelta")
-    if (
-        not math.isfinite(seconds)
-        or not 0 <= seconds <= MAX_SECONDS
-        or (seconds == 0 and not allow_zero)
-    ):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(
-            f"invalid {what} {value!r}: must be {bound} and at most {MAX_SECONDS:.0f} seconds "
-            "(100 years)"
-        )
-    return seconds
 
 
 def check_unique_key(key: object, what: str = "unique_key") -> str | None:

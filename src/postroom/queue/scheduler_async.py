@@ -9,22 +9,26 @@ import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
+from .._periodic_async import AsyncPeriodic
 from .records import notify_payload
 from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
 
-class AsyncScheduler:
+class AsyncScheduler(AsyncPeriodic):
     """Enqueues each due tick once, however many workers run it: the schedule row is locked
     (SKIP LOCKED, so other workers pass over it) and moved to its next tick in the same
     transaction as the job insert. Ticks missed while no worker ran are enqueued once, not
     once per tick."""
 
+    name = "scheduler"
+    what = "enqueueing periodic jobs"
+
     def __init__(self, db: AsyncDatabase, registry: JobRegistry, *, stopping: AEvent) -> None:
-        self._db = db
+        # Awake at least every second, and at the next tick (no jitter: ticks are on time).
+        super().__init__(db, interval=1.0, stopping=stopping, log=log, jitter=0, immediately=True)
         self._registry = registry
-        self._stopping = stopping
         self._names = sorted(registry.schedules)
 
     async def register(self) -> None:
@@ -49,20 +53,16 @@ class AsyncScheduler:
                     },
                 )
 
-    async def run(self) -> None:
-        while not self._stopping.is_set():
-            wait = 1.0
-            try:
-                async with self._db.connection() as conn:
-                    async with conn.transaction():
-                        await self._enqueue_due_ticks(conn)
-                    cur = await conn.execute(self._db.q("next_schedule_at"), {"names": self._names})
-                    row = await cur.fetchone()
-                if row is not None and row[0] is not None:
-                    wait = min(wait, max(row[0].total_seconds(), 0.0))
-            except psycopg.Error as exc:
-                log.warning("enqueueing periodic jobs failed: %s", exc)
-            await self._stopping.wait_timeout(wait + 0.002)
+    async def tick(self) -> float:
+        wait = 1.0
+        async with self._db.connection() as conn:
+            async with conn.transaction():
+                await self._enqueue_due_ticks(conn)
+            cur = await conn.execute(self._db.q("next_schedule_at"), {"names": self._names})
+            row = await cur.fetchone()
+        if row is not None and row[0] is not None:
+            wait = min(wait, max(row[0].total_seconds(), 0.0))
+        return wait + 0.002
 
     async def _enqueue_due_ticks(self, conn: psycopg.AsyncConnection[Any]) -> None:
         cur = await conn.execute(self._db.q("due_schedules"), {"names": self._names})

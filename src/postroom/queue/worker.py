@@ -15,8 +15,11 @@ owner of its state, all on the worker's own small pool:
 - the completer (``completer_async``) writes finished jobs back, batching whatever finished
   while its last write ran.
 - the heartbeat (``heartbeat_async``) extends the leases of the jobs the worker holds and
-  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired
-  and purges old finished jobs; the vacuum (``vacuum_async``) keeps the queue tables lean.
+  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired,
+  the purger deletes old finished jobs, the kind watch warns about jobs nobody registers; the
+  vacuum (``vacuum_async``) keeps the queue tables lean. Each periodic unit is an
+  ``AsyncPeriodic`` (``_periodic_async``: one interval, jitter and error policy); the worker
+  starts no log maintenance (group members run the log's retention).
 - the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
 """
 
@@ -42,8 +45,9 @@ from .._acompat import (
     sleep,
     spawn,
 )
+from .._checks import check_seconds
 from .._db import Database, ReconnectingPool, check_pooled
-from .._retention import RetentionRunner, retention_interval
+from .._periodic import Periodic
 from ..errors import (
     InvalidArgument,
     JobInterrupted,
@@ -59,9 +63,9 @@ from .heartbeat import Heartbeat
 from .hooks import Hooks
 from .listener import Listener
 from .outcomes import Claimed, HeldJobs, Outcome
-from .records import check_queues, check_seconds
+from .records import check_queues
 from .registry import JobRegistry
-from .rescuer import Rescuer
+from .rescuer import KindWatch, Purger, Rescuer
 from .runner import Runner
 from .scheduler import Scheduler
 from .vacuum import Vacuum
@@ -210,7 +214,8 @@ class Worker:
         self._started = True
         pool = self._pool()
         pool.open(wait=True)
-        db = Database(pool, self._client_db.conninfo, self._client_db.schema)
+        client_db = self._client_db
+        db = Database(pool, client_db.conninfo, client_db.schema, client_db.options)
         # Every query of the worker runs on its own pool, its purges and limits included.
         admin = JobAdmin(db, self._registry.serializer)
         restore = install_sync_stop_handler(self.stop) if handle_signals else None
@@ -249,36 +254,12 @@ class Worker:
         units: list[tuple[str, Any]] = [
             ("completer", completer),
             ("heartbeat", heartbeat),
-            (
-                "maintenance",
-                Rescuer(
-                    db,
-                    admin,
-                    self._registry,
-                    interval=self._rescue_interval,
-                    keep_finished=self._keep_finished,
-                    fetcher=fetcher,
-                    stopping=self._stopping,
-                    warn_after=self._warn_after,
-                ),
-            ),
+            *self._maintenance(db, admin, fetcher),
         ]
         scheduler = None
         if self._registry.schedules:
             scheduler = Scheduler(db, self._registry, stopping=self._stopping)
             units.append(("scheduler", scheduler))
-        if self._vacuum_interval is not None:
-            units.append(
-                ("vacuum", Vacuum(db, interval=self._vacuum_interval, stopping=self._stopping))
-            )
-        retention_every = retention_interval()
-        if retention_every is not None:
-            units.append(
-                (
-                    "retention",
-                    RetentionRunner(db, interval=retention_every, stopping=self._stopping),
-                )
-            )
         if self._listen:
             listener = Listener(
                 db,
@@ -323,6 +304,24 @@ class Worker:
             raise self._crash
         if self._runner is not None and self._runner.exit is not None:
             raise self._runner.exit
+
+    def _maintenance(
+        self, db: Database, admin: JobAdmin, fetcher: Fetcher
+    ) -> list[tuple[str, Periodic]]:
+        """The worker's periodic maintenance units, each on the worker's pool (``db``)."""
+        stopping = self._stopping
+        units: list[Periodic] = [
+            Rescuer(db, interval=self._rescue_interval, fetcher=fetcher, stopping=stopping)
+        ]
+        if self._keep_finished > 0:  # 0: finished jobs are deleted at completion
+            units.append(Purger(db, admin, keep_finished=self._keep_finished, stopping=stopping))
+        if self._warn_after is not None:
+            units.append(
+                KindWatch(db, self._registry, warn_after=self._warn_after, stopping=stopping)
+            )
+        if self._vacuum_interval is not None:
+            units.append(Vacuum(db, interval=self._vacuum_interval, stopping=stopping))
+        return [(unit.name, unit) for unit in units]
 
     def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
         """Run one of the worker's loops; if it fails, log it and stop the worker, which

@@ -13,8 +13,11 @@ owner of its state, all on the worker's own small pool:
 - the completer (``completer_async``) writes finished jobs back, batching whatever finished
   while its last write ran.
 - the heartbeat (``heartbeat_async``) extends the leases of the jobs the worker holds and
-  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired
-  and purges old finished jobs; the vacuum (``vacuum_async``) keeps the queue tables lean.
+  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired,
+  the purger deletes old finished jobs, the kind watch warns about jobs nobody registers; the
+  vacuum (``vacuum_async``) keeps the queue tables lean. Each periodic unit is an
+  ``AsyncPeriodic`` (``_periodic_async``: one interval, jitter and error policy); the worker
+  starts no log maintenance (group members run the log's retention).
 - the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
 """
 
@@ -40,8 +43,9 @@ from .._acompat import (
     aspawn,
     install_stop_handler,
 )
+from .._checks import check_seconds
 from .._db_async import AsyncDatabase, AsyncReconnectingPool, check_pooled
-from .._retention_async import AsyncRetentionRunner, retention_interval
+from .._periodic_async import AsyncPeriodic
 from ..errors import (
     InvalidArgument,
     JobInterrupted,
@@ -57,9 +61,9 @@ from .heartbeat_async import AsyncHeartbeat
 from .hooks_async import AsyncHooks
 from .listener_async import AsyncListener
 from .outcomes import Claimed, HeldJobs, Outcome
-from .records import check_queues, check_seconds
+from .records import check_queues
 from .registry import JobRegistry
-from .rescuer_async import AsyncRescuer
+from .rescuer_async import AsyncKindWatch, AsyncPurger, AsyncRescuer
 from .runner_async import AsyncRunner
 from .scheduler_async import AsyncScheduler
 from .vacuum_async import AsyncVacuum
@@ -208,7 +212,8 @@ class AsyncWorker:
         self._started = True
         pool = self._pool()
         await pool.open(wait=True)
-        db = AsyncDatabase(pool, self._client_db.conninfo, self._client_db.schema)
+        client_db = self._client_db
+        db = AsyncDatabase(pool, client_db.conninfo, client_db.schema, client_db.options)
         # Every query of the worker runs on its own pool, its purges and limits included.
         admin = AsyncJobAdmin(db, self._registry.serializer)
         restore = install_stop_handler(self.stop) if handle_signals else None
@@ -247,36 +252,12 @@ class AsyncWorker:
         units: list[tuple[str, Any]] = [
             ("completer", completer),
             ("heartbeat", heartbeat),
-            (
-                "maintenance",
-                AsyncRescuer(
-                    db,
-                    admin,
-                    self._registry,
-                    interval=self._rescue_interval,
-                    keep_finished=self._keep_finished,
-                    fetcher=fetcher,
-                    stopping=self._stopping,
-                    warn_after=self._warn_after,
-                ),
-            ),
+            *self._maintenance(db, admin, fetcher),
         ]
         scheduler = None
         if self._registry.schedules:
             scheduler = AsyncScheduler(db, self._registry, stopping=self._stopping)
             units.append(("scheduler", scheduler))
-        if self._vacuum_interval is not None:
-            units.append(
-                ("vacuum", AsyncVacuum(db, interval=self._vacuum_interval, stopping=self._stopping))
-            )
-        retention_every = retention_interval()
-        if retention_every is not None:
-            units.append(
-                (
-                    "retention",
-                    AsyncRetentionRunner(db, interval=retention_every, stopping=self._stopping),
-                )
-            )
         if self._listen:
             listener = AsyncListener(
                 db,
@@ -321,6 +302,26 @@ class AsyncWorker:
             raise self._crash
         if self._runner is not None and self._runner.exit is not None:
             raise self._runner.exit
+
+    def _maintenance(
+        self, db: AsyncDatabase, admin: AsyncJobAdmin, fetcher: AsyncFetcher
+    ) -> list[tuple[str, AsyncPeriodic]]:
+        """The worker's periodic maintenance units, each on the worker's pool (``db``)."""
+        stopping = self._stopping
+        units: list[AsyncPeriodic] = [
+            AsyncRescuer(db, interval=self._rescue_interval, fetcher=fetcher, stopping=stopping)
+        ]
+        if self._keep_finished > 0:  # 0: finished jobs are deleted at completion
+            units.append(
+                AsyncPurger(db, admin, keep_finished=self._keep_finished, stopping=stopping)
+            )
+        if self._warn_after is not None:
+            units.append(
+                AsyncKindWatch(db, self._registry, warn_after=self._warn_after, stopping=stopping)
+            )
+        if self._vacuum_interval is not None:
+            units.append(AsyncVacuum(db, interval=self._vacuum_interval, stopping=stopping))
+        return [(unit.name, unit) for unit in units]
 
     async def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
         """Run one of the worker's loops; if it fails, log it and stop the worker, which
