@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -65,7 +65,7 @@ def test_other_errors_reach_the_host() -> None:
 def test_a_closed_pool_or_the_stop_event_ends_the_unit() -> None:
     stopping = Event()
     unit = Script([None] * 1000, stopping)
-    unit._db.pool.closed = True
+    cast(Any, unit._db).pool.closed = True
     unit.run()
     assert unit.ticks == 0
     stopping.set()

@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from . import _sql
 from ._acompat import sleep, to_thread
 from ._conninfo import unavailable
+from ._listener import Wakeups
 from ._maintenance import ClientOptions
 from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
@@ -52,6 +53,7 @@ class Database:
         conninfo: str,
         schema: str,
         options: ClientOptions = DEFAULT_OPTIONS,
+        wakeups: Wakeups | None = None,
     ) -> None:
         self.pool = pool
         self.conninfo = conninfo
@@ -68,6 +70,9 @@ class Database:
             for name, text in _QUERIES.items()
             if "{role}" not in text
         }
+
+        self.wakeups = Wakeups(conninfo, schema, self._rendered) if wakeups is None else wakeups
+        """The client's one listener (``_listener_async``), shared by handles on its pools."""
 
     def q(self, name: str) -> sql.Composed:
         return self._rendered[name]

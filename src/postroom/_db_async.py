@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from . import _sql
 from ._acompat import asleep, ato_thread
 from ._conninfo import unavailable
+from ._listener_async import AsyncWakeups
 from ._maintenance import ClientOptions
 from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
@@ -50,6 +51,7 @@ class AsyncDatabase:
         conninfo: str,
         schema: str,
         options: ClientOptions = DEFAULT_OPTIONS,
+        wakeups: AsyncWakeups | None = None,
     ) -> None:
         self.pool = pool
         self.conninfo = conninfo
@@ -66,6 +68,11 @@ class AsyncDatabase:
             for name, text in _QUERIES.items()
             if "{role}" not in text
         }
+
+        self.wakeups = (
+            AsyncWakeups(conninfo, schema, self._rendered) if wakeups is None else wakeups
+        )
+        """The client's one listener (``_listener_async``), shared by handles on its pools."""
 
     def q(self, name: str) -> sql.Composed:
         return self._rendered[name]

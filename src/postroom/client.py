@@ -125,6 +125,7 @@ class Client:
         return self._db.conninfo
 
     def close(self) -> None:
+        self._db.wakeups.close()
         self._db.pool.close()
 
     def __enter__(self) -> Client:

@@ -123,6 +123,7 @@ class AsyncClient:
         return self._db.conninfo
 
     async def close(self) -> None:
+        await self._db.wakeups.close()
         await self._db.pool.close()
 
     async def __aenter__(self) -> AsyncClient:

@@ -13,10 +13,12 @@ from typing import Any
 import psycopg
 
 from .._db import Database, commit_or_unknown
+from .._listener import send_wakeups
+from .._wakeups import JOBS
 from ..errors import InvalidArgument
 from .admin import Job, JobAdmin
 from .hooks import Hooks
-from .records import JobDefinition, notify_payload
+from .records import JobDefinition
 from .registry import JobRegistry
 from .requests import (
     PIPELINE_MAX_BYTES,
@@ -117,10 +119,7 @@ class Enqueuer:
         """The wake-up hint for idle workers (delivered at commit), and the commit when the
         transaction is ours and no taken key is left to look up once the rows are in (in a
         pipeline it goes out with the inserts: one round trip in all)."""
-        conn.execute(
-            self.db.q("notify_queues"),
-            {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
-        )
+        send_wakeups(conn, self.db, JOBS, queues)
         if own and not any(r.options.unique_key is not None for c, _ in sent for r in c):
             commit_or_unknown(conn, committing)
         return True

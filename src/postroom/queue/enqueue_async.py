@@ -11,10 +11,12 @@ from typing import Any
 import psycopg
 
 from .._db_async import AsyncDatabase, commit_or_unknown
+from .._listener_async import send_wakeups
+from .._wakeups import JOBS
 from ..errors import InvalidArgument
 from .admin_async import AsyncJob, AsyncJobAdmin
 from .hooks_async import AsyncHooks
-from .records import JobDefinition, notify_payload
+from .records import JobDefinition
 from .registry import JobRegistry
 from .requests import (
     PIPELINE_MAX_BYTES,
@@ -119,10 +121,7 @@ class AsyncEnqueuer:
         """The wake-up hint for idle workers (delivered at commit), and the commit when the
         transaction is ours and no taken key is left to look up once the rows are in (in a
         pipeline it goes out with the inserts: one round trip in all)."""
-        await conn.execute(
-            self.db.q("notify_queues"),
-            {"payloads": [notify_payload(self.db.schema, q) for q in sorted(queues)]},
-        )
+        await send_wakeups(conn, self.db, JOBS, queues)
         if own and not any(r.options.unique_key is not None for c, _ in sent for r in c):
             await commit_or_unknown(conn, committing)
         return True

@@ -314,8 +314,3 @@ class Enqueued:
 
     id: int
     created: bool
-
-
-def notify_payload(schema: str, queue: str) -> str:
-    """The wake-up payload for ``queue`` (the quoted schema, as the SQL functions write it)."""
-    return f'"{schema}":{queue}'

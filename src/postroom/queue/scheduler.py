@@ -11,8 +11,9 @@ import psycopg
 
 from .._acompat import Event
 from .._db import Database
+from .._listener import send_wakeups
 from .._periodic import Periodic
-from .records import notify_payload
+from .._wakeups import JOBS
 from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
@@ -97,6 +98,4 @@ class Scheduler(Periodic):
                 self._db.q("advance_schedule"),
                 {"name": name, "next_run_at": schedule.cron.next_after(now), "last_run_at": tick},
             )
-            conn.execute(
-                self._db.q("notify_queues"), {"payloads": [notify_payload(self._db.schema, queue)]}
-            )
+            send_wakeups(conn, self._db, JOBS, [queue])

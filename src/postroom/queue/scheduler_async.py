@@ -9,8 +9,9 @@ import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
+from .._listener_async import send_wakeups
 from .._periodic_async import AsyncPeriodic
-from .records import notify_payload
+from .._wakeups import JOBS
 from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
@@ -95,6 +96,4 @@ class AsyncScheduler(AsyncPeriodic):
                 self._db.q("advance_schedule"),
                 {"name": name, "next_run_at": schedule.cron.next_after(now), "last_run_at": tick},
             )
-            await conn.execute(
-                self._db.q("notify_queues"), {"payloads": [notify_payload(self._db.schema, queue)]}
-            )
+            await send_wakeups(conn, self._db, JOBS, [queue])

@@ -8,8 +8,9 @@ owner of its state, all on the worker's own small pool:
 - the fetcher (``fetcher_async``) claims batches for idle slots (``claim_jobs``: one statement,
   FOR UPDATE SKIP LOCKED) and commits before any job starts: no transaction is open while a
   job runs.
-- the listener (``listener_async``, LISTEN postroom_jobs) wakes the fetcher when jobs arrive;
-  without it, or when a notification is lost, the fetcher polls every ``poll_interval`` seconds.
+- the listener (``listener_async``, subscribed to the client's one LISTEN connection) wakes
+  the fetcher when jobs arrive; without it, or when a notification is lost, the fetcher polls
+  every ``poll_interval`` seconds.
 - the completer (``completer_async``) writes finished jobs back, batching whatever finished
   while its last write ran.
 - the heartbeat (``heartbeat_async``) extends the leases of the jobs the worker holds and
@@ -213,7 +214,9 @@ class AsyncWorker:
         pool = self._pool()
         await pool.open(wait=True)
         client_db = self._client_db
-        db = AsyncDatabase(pool, client_db.conninfo, client_db.schema, client_db.options)
+        db = AsyncDatabase(
+            pool, client_db.conninfo, client_db.schema, client_db.options, client_db.wakeups
+        )
         # Every query of the worker runs on its own pool, its purges and limits included.
         admin = AsyncJobAdmin(db, self._registry.serializer)
         restore = install_stop_handler(self.stop) if handle_signals else None
@@ -262,7 +265,6 @@ class AsyncWorker:
             listener = AsyncListener(
                 db,
                 queues=self.queues,
-                poll_interval=self._poll_interval,
                 fetcher=fetcher,
                 heartbeat=heartbeat,
                 stopping=self._stopping,
