@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import select
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,27 +12,21 @@ from time import monotonic
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg import pq, sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import _sql
 from ._acompat import sleep, to_thread
 from ._conninfo import unavailable
+from ._dberrors import commit_lost as commit_lost
+from ._dberrors import translate_errors as translate_errors
 from ._listener import Wakeups
 from ._maintenance import ClientOptions
 from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
 from .errors import (
-    BacklogFull,
     CommitUnknown,
-    Fenced,
-    InstanceFenced,
-    InvalidArgument,
     InvalidType,
-    OffsetOutOfRange,
-    PermissionDenied,
-    SchemaNotReady,
 )
 
 _QUERIES = _sql.all_queries()
@@ -126,22 +119,6 @@ class Database:
                     yield raw, own
             else:
                 yield raw, False
-
-
-def commit_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
-    """Whether ``exc``, raised by a COMMIT on ``conn``, leaves its outcome unknown: the
-    connection was lost (no answer, or the server ended the session) rather than the server
-    answering that it rolled back (a serialization failure, a deferred constraint)."""
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    sqlstate = exc.sqlstate
-    return (
-        conn.broken
-        or conn.closed
-        or sqlstate is None
-        or sqlstate.startswith("08")  # connection exception
-        or sqlstate in ("57P01", "57P02", "57P03")  # the server shut the session down
-    )
 
 
 def commit_or_unknown(conn: psycopg.Connection[Any], committing: str | Callable[[], str]) -> None:
@@ -315,85 +292,3 @@ def unwrap_connection(conn: object, expected: type[Any]) -> Any:
         f"conn must be a {expected.__module__}.{expected.__name__} (or a SQLAlchemy/Django "
         f"connection wrapping one), got {type(conn).__name__}"
     )
-
-
-class translate_errors:
-    """Turn database errors that mean bad input or a missing schema into postroom errors.
-
-    ``schema`` is the postroom schema in use: a missing relation or function in it means the
-    schema is not installed (or older than this version), whatever its name.
-    """
-
-    def __init__(self, schema: str = "postroom", topic_names: dict[int, str] | None = None) -> None:
-        self._schema = schema
-        self._topic_names = topic_names or {}
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction) and (
-            f"{self._schema}." in str(exc) or "schema_migrations" in str(exc)
-        ):
-            why = (
-                f"the postroom schema {self._schema!r} is not installed or out of date "
-                f"({_first_line(exc)}): run `postroom init`"
-            )
-            raise SchemaNotReady(f"{why} or client.migrate()", cli=why) from exc
-        if isinstance(exc, pg_errors.InvalidSchemaName):
-            why = (
-                f"{_first_line(exc)}: the postroom schema {self._schema!r} is not installed; "
-                "run `postroom init`"
-            )
-            raise SchemaNotReady(f"{why} or client.migrate()", cli=why) from exc
-        # A NULL argument refused by a postroom function names it (migration 0026).
-        if isinstance(exc, pg_errors.NumericValueOutOfRange | pg_errors.NullValueNotAllowed):
-            raise InvalidArgument(str(exc)) from exc
-        if isinstance(exc, pg_errors.InsufficientPrivilege) and not isinstance(
-            exc, PermissionDenied
-        ):
-            first_line = _first_line(exc)
-            hint = exc.diag.message_hint  # postroom's own refusals say what to do instead
-            if hint:
-                raise PermissionDenied(f"{first_line}: {hint}") from exc
-            lacks = f"{first_line}: the database role of this connection lacks the right; grant"
-            raise PermissionDenied(
-                f"{lacks} it the capability it needs as the schema owner (client.grant(role, "
-                "'producer' | 'consumer' | 'enqueuer' | 'worker' | 'admin'))",
-                cli=f"{lacks} it the capability it needs, connected as the schema owner: "
-                "`postroom grant ROLE producer|consumer|enqueuer|worker|admin`",
-            ) from exc
-        # SQLSTATEs raised by postroom's own functions (migration 0004).
-        sqlstate = getattr(exc, "sqlstate", None)
-        if exc is None:
-            return
-        if sqlstate == "PRF01":
-            raise Fenced(self._named(exc)) from exc
-        if sqlstate == "PRF02":
-            raise InstanceFenced(self._named(exc)) from exc
-        if sqlstate == "PRB01":
-            raise BacklogFull(self._named(exc)) from exc
-        if sqlstate == "PRO01":
-            raise OffsetOutOfRange(self._named(exc)) from exc
-        if isinstance(exc, pg_errors.NotNullViolation) and exc.diag.schema_name == self._schema:
-            # A postroom function given a NULL (a caller's own tables, in another schema, keep
-            # their errors; CHECK violations are named by the engines' own translations).
-            column = exc.diag.column_name or "a value"
-            raise InvalidArgument(f"invalid {column}: {_first_line(exc)}") from exc
-
-    def _named(self, exc: BaseException) -> str:
-        """The error's first line, with "topic id N" as "topic 'name'" where the name is known
-        (the SQL functions take topic ids; people know topics by name)."""
-
-        def name(match: re.Match[str]) -> str:
-            known = self._topic_names.get(int(match.group(1)))
-            return match.group(0) if known is None else f"topic {known!r}"
-
-        return _TOPIC_ID.sub(name, _first_line(exc))
-
-
-_TOPIC_ID = re.compile(r"topic id (\d+)")
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0]

@@ -28,7 +28,7 @@ from psycopg import sql
 
 from ._acompat import Event, gather, spawn
 from ._reconnect import reconnect_delay
-from ._wakeups import LISTEN_QUERIES, parse, payload
+from ._wakeups import LISTEN_QUERIES, Subscription, parse, payload
 
 if TYPE_CHECKING:
     from ._db import Database
@@ -37,29 +37,6 @@ log = logging.getLogger("postroom.wakeups")
 
 WAIT_SLICE = 0.1
 """Longest wait for a notification, so that a new channel or a close is taken up promptly."""
-
-
-class Subscription:
-    """One subscriber's interest in a channel; ``close()`` ends it (idempotent)."""
-
-    def __init__(
-        self,
-        wakeups: Wakeups,
-        channel: str,
-        callback: Callable[[str | None], Any],
-        wanted: frozenset[str] | None,
-    ) -> None:
-        self._wakeups = wakeups
-        self.channel = channel
-        self.callback = callback
-        self.wanted = wanted
-
-    def want(self, wanted: Iterable[str] | None) -> None:
-        """Change the ``what``s this subscriber is woken for (None: every one)."""
-        self.wanted = None if wanted is None else frozenset(wanted)
-
-    def close(self) -> None:
-        self._wakeups.unsubscribe(self)
 
 
 class Wakeups:

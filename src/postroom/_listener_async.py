@@ -26,7 +26,7 @@ from psycopg import sql
 
 from ._acompat import AEvent, agather, aspawn
 from ._reconnect import reconnect_delay
-from ._wakeups import LISTEN_QUERIES, parse, payload
+from ._wakeups import LISTEN_QUERIES, Subscription, parse, payload
 
 if TYPE_CHECKING:
     from ._db_async import AsyncDatabase
@@ -37,29 +37,6 @@ WAIT_SLICE = 0.1
 """Longest wait for a notification, so that a new channel or a close is taken up promptly."""
 
 
-class AsyncSubscription:
-    """One subscriber's interest in a channel; ``close()`` ends it (idempotent)."""
-
-    def __init__(
-        self,
-        wakeups: AsyncWakeups,
-        channel: str,
-        callback: Callable[[str | None], Any],
-        wanted: frozenset[str] | None,
-    ) -> None:
-        self._wakeups = wakeups
-        self.channel = channel
-        self.callback = callback
-        self.wanted = wanted
-
-    def want(self, wanted: Iterable[str] | None) -> None:
-        """Change the ``what``s this subscriber is woken for (None: every one)."""
-        self.wanted = None if wanted is None else frozenset(wanted)
-
-    def close(self) -> None:
-        self._wakeups.unsubscribe(self)
-
-
 class AsyncWakeups:
     """The listener of one client on ``conninfo``, for wake-ups of ``schema``."""
 
@@ -68,8 +45,8 @@ class AsyncWakeups:
         self._schema = schema
         self._listen = {channel: queries[name] for channel, name in LISTEN_QUERIES.items()}
         self._lock = threading.Lock()  # subscribers come from any thread in the sync twin
-        self._subscribers: list[AsyncSubscription] = []
-        self._fresh: list[AsyncSubscription] = []  # not yet told that their channel is heard
+        self._subscribers: list[Subscription] = []
+        self._fresh: list[Subscription] = []  # not yet told that their channel is heard
         self._stopping = AEvent()
         self._task: Any = None
         self.connections = 0
@@ -80,14 +57,14 @@ class AsyncWakeups:
         channel: str,
         callback: Callable[[str | None], Any],
         wanted: Iterable[str] | None = None,
-    ) -> AsyncSubscription:
+    ) -> Subscription:
         """Call ``callback(what)`` (awaited in the asyncio flavour; from the listener's thread
         in the sync one) for each wake-up on ``channel`` whose ``what`` is in ``wanted``, and
         ``callback(None)`` once it is listened to. The callback must be quick and must not
         raise (an error is logged). Call ``close()`` on the result when done."""
         if channel not in self._listen:
             raise ValueError(f"unknown wake-up channel {channel!r}")
-        subscription = AsyncSubscription(
+        subscription = Subscription(
             self, channel, callback, None if wanted is None else frozenset(wanted)
         )
         with self._lock:
@@ -98,7 +75,7 @@ class AsyncWakeups:
                 self._task = aspawn(self._run, self._stopping, name="postroom-wakeups")
         return subscription
 
-    def unsubscribe(self, subscription: AsyncSubscription) -> None:
+    def unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
             if subscription in self._subscribers:
                 self._subscribers.remove(subscription)
@@ -164,7 +141,7 @@ class AsyncWakeups:
             if wanted is None or what in wanted:
                 await self._call(subscription, what)
 
-    async def _call(self, subscription: AsyncSubscription, what: str | None) -> None:
+    async def _call(self, subscription: Subscription, what: str | None) -> None:
         try:
             await subscription.callback(what)
         except Exception:  # a subscriber's bug must not stop the others' wake-ups

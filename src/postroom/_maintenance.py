@@ -47,6 +47,27 @@ def jittered(
     return interval * (1 - jitter + 2 * jitter * rand())
 
 
+VACUUM_MIN_DEAD = 10_000
+"""Dead rows past which a big churning table (jobs, finished_jobs) is vacuumed."""
+SMALL_VACUUM_MIN_DEAD = 1_000
+"""Dead rows past which a small hot table is vacuumed: a thousand dead rows are many pages for
+a few hundred live ones (the log's counters and group state, the queue's limits, schedules,
+sequences, dependencies, pauses)."""
+BIG_TABLES = frozenset({"jobs", "finished_jobs"})
+
+
+def needs_vacuum(table: str, dead: int, live: int) -> bool:
+    """Whether ``table``'s dead rows call for a VACUUM, whatever autovacuum does: more than a
+    fifth of its live rows, and more than ``VACUUM_MIN_DEAD`` (big tables) or
+    ``SMALL_VACUUM_MIN_DEAD`` (the others). One policy for the queue's vacuum and the log's
+    retention runner.
+
+        needs_vacuum("job_limits", 1_001, 10)   # -> True
+    """
+    least = VACUUM_MIN_DEAD if table in BIG_TABLES else SMALL_VACUUM_MIN_DEAD
+    return dead > least and dead > live / 5
+
+
 def retention_interval_from_env() -> float | None:
     """The retention runner's default interval, from ``POSTROOM_RETENTION_INTERVAL`` (seconds;
     ``off`` or ``0``: None, no runner; unset: 30 s; not a number: 30 s, with a warning)."""

@@ -31,13 +31,11 @@ import psycopg
 
 from ._acompat import Event
 from ._db import Database
+from ._maintenance import needs_vacuum
 from ._periodic import Periodic
 
 log = logging.getLogger("postroom.retention")
 
-SMALL_VACUUM_MIN_DEAD = 1_000
-"""Dead rows past which a small hot table of the log is vacuumed (with more than a fifth of its
-live rows dead): a thousand dead rows are many pages for a few hundred live ones."""
 SMALL_TABLE_VACUUMS = {
     "partitions": "vacuum_partitions",
     "cursors": "vacuum_cursors",
@@ -123,7 +121,7 @@ class RetentionRunner(Periodic):
     def _vacuum_small_tables(self, conn: psycopg.Connection[Any]) -> None:
         cur = conn.execute(self._db.q("log_dead_tuples"))
         for table, dead, live in cur.fetchall():
-            if dead > SMALL_VACUUM_MIN_DEAD and dead > live / 5:
+            if needs_vacuum(table, dead, live):
                 conn.execute(self._db.q(SMALL_TABLE_VACUUMS[table]), prepare=False)
                 self.vacuumed.append(table)
                 log.debug("vacuumed %s (%d dead rows, %d live)", table, dead, live)

@@ -29,13 +29,11 @@ import psycopg
 
 from ._acompat import AEvent
 from ._db_async import AsyncDatabase
+from ._maintenance import needs_vacuum
 from ._periodic_async import AsyncPeriodic
 
 log = logging.getLogger("postroom.retention")
 
-SMALL_VACUUM_MIN_DEAD = 1_000
-"""Dead rows past which a small hot table of the log is vacuumed (with more than a fifth of its
-live rows dead): a thousand dead rows are many pages for a few hundred live ones."""
 SMALL_TABLE_VACUUMS = {
     "partitions": "vacuum_partitions",
     "cursors": "vacuum_cursors",
@@ -121,7 +119,7 @@ class AsyncRetentionRunner(AsyncPeriodic):
     async def _vacuum_small_tables(self, conn: psycopg.AsyncConnection[Any]) -> None:
         cur = await conn.execute(self._db.q("log_dead_tuples"))
         for table, dead, live in await cur.fetchall():
-            if dead > SMALL_VACUUM_MIN_DEAD and dead > live / 5:
+            if needs_vacuum(table, dead, live):
                 await conn.execute(self._db.q(SMALL_TABLE_VACUUMS[table]), prepare=False)
                 self.vacuumed.append(table)
                 log.debug("vacuumed %s (%d dead rows, %d live)", table, dead, live)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-
-from psycopg import errors as pg_errors
+from collections.abc import Iterable
 
 from . import _sql
 from ._db_async import AsyncDatabase
-from ._grants import RoleGrant, check_role, check_scope
-from .errors import InvalidArgument, RoleNotFound
-from .queue.records import check_queue
+from ._grants import EVERY_QUEUE, RoleGrant, check_role, check_scope, queue_scope, role_errors
+from .errors import InvalidArgument
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
@@ -22,28 +18,6 @@ GRANTS: dict[str, tuple[str, ...]] = {
     "worker": ("grant_worker",),
 }
 """The named grant statements (``_sql/grants.sql``) each capability needs."""
-
-EVERY_QUEUE = "*"
-"""The queue_roles entry of a role that may use every queue."""
-
-
-def _queue_scope(capabilities: tuple[str, ...], queues: Iterable[str] | None) -> list[str] | None:
-    """The queue_roles entries a grant records: every queue (``queues=None``) or the named ones
-    for an enqueuer or worker; None (nothing to record) for the other capabilities."""
-    queue_capability = bool({"enqueuer", "worker"} & set(capabilities))
-    if queues is None:
-        return [EVERY_QUEUE] if queue_capability else None
-    if isinstance(queues, str):
-        raise InvalidArgument(f"invalid queues {queues!r}: a list of queue names")
-    names = [check_queue(queue) for queue in queues]
-    if not queue_capability:
-        raise InvalidArgument(
-            f"queues={names!r} goes with the 'enqueuer' or 'worker' capability: "
-            "grant(role, 'worker', queues=[...])"
-        )
-    if not names:
-        raise InvalidArgument("queues=[] names no queue: name at least one, or pass None for all")
-    return names
 
 
 class AsyncSchema:
@@ -107,8 +81,8 @@ class AsyncSchema:
                 f"topics={published!r} goes with the 'producer' capability: "
                 "grant(role, 'producer', topics=[...])"
             )
-        scoped = _queue_scope(capabilities, queues)
-        with _role_errors(role):
+        scoped = queue_scope(capabilities, queues)
+        with role_errors(role):
             async with self._db.connection() as conn:
                 for capability in capabilities:
                     for statement in GRANTS[capability]:
@@ -133,7 +107,7 @@ class AsyncSchema:
         if not dropped and not withdrawn:
             raise InvalidArgument("revoke(role, groups=[...], topics=[...]): name what to revoke")
         removed = 0
-        with _role_errors(role):
+        with role_errors(role):
             async with self._db.connection() as conn:
                 if dropped:
                     cur = await conn.execute(
@@ -155,15 +129,3 @@ class AsyncSchema:
         async with self._db.connection() as conn:
             cur = await conn.execute(self._db.q("role_grants"), {"role": role})
             return [RoleGrant(*row) for row in await cur.fetchall()]
-
-
-@contextmanager
-def _role_errors(role: str) -> Iterator[None]:
-    try:
-        yield
-    except pg_errors.UndefinedObject as exc:
-        # "role ... does not exist" is the only undefined object a grant names by input.
-        raise RoleNotFound(
-            f"role {role!r} does not exist: create it first (CREATE ROLE ... LOGIN), then "
-            "grant it capabilities"
-        ) from exc

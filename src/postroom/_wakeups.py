@@ -20,7 +20,8 @@ that sends them from Python.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Literal, Protocol
 
 JOBS: Final = "postroom_jobs"
 LOG: Final = "postroom"
@@ -55,3 +56,31 @@ def parse(schema: str, raw: str) -> str | None:
 def queue_wakes(what: str, queues: frozenset[str]) -> bool:
     """Whether a job wake-up about ``what`` concerns a worker of ``queues``."""
     return what in queues or what == EVERY_QUEUE
+
+
+class _Unsubscribe(Protocol):
+    def unsubscribe(self, subscription: Subscription) -> None: ...
+
+
+class Subscription:
+    """One subscriber's interest in a channel of a client's listener (either flavour's);
+    ``close()`` ends it (idempotent)."""
+
+    def __init__(
+        self,
+        listener: _Unsubscribe,
+        channel: str,
+        callback: Callable[[str | None], Any],
+        wanted: frozenset[str] | None,
+    ) -> None:
+        self._listener = listener
+        self.channel = channel
+        self.callback = callback
+        self.wanted = wanted
+
+    def want(self, wanted: Iterable[str] | None) -> None:
+        """Change the ``what``s this subscriber is woken for (None: every one)."""
+        self.wanted = None if wanted is None else frozenset(wanted)
+
+    def close(self) -> None:
+        self._listener.unsubscribe(self)

@@ -25,7 +25,7 @@ import psycopg
 
 from .._acompat import call_hook
 from .._db import Database
-from ..errors import Fenced, InstanceFenced, InvalidArgument, TopicNotFound
+from ..errors import ConsumerClosed, Fenced, InstanceFenced, InvalidArgument, TopicNotFound
 from .membership import DEFAULT_MAX_POLL_INTERVAL, Lease, Membership
 from .metadata import TopicCache, TopicMeta
 from .records import (
@@ -136,7 +136,7 @@ class AssignedPartitions:
             self._apply_assignment()
             return
         if self._closed:
-            raise InvalidArgument("the consumer is closed")
+            raise ConsumerClosed("the consumer is closed: create a new one with client.consumer()")
         metas = {name: self._topics_cache.get(name) for name in self._topic_names}
         if self._requested is None and self.group is not None:
             self._membership = Membership(

@@ -23,7 +23,7 @@ import psycopg
 
 from .._acompat import acall_hook
 from .._db_async import AsyncDatabase
-from ..errors import Fenced, InstanceFenced, InvalidArgument, TopicNotFound
+from ..errors import ConsumerClosed, Fenced, InstanceFenced, InvalidArgument, TopicNotFound
 from .membership_async import DEFAULT_MAX_POLL_INTERVAL, AsyncMembership, Lease
 from .metadata_async import AsyncTopicCache, TopicMeta
 from .records import (
@@ -134,7 +134,7 @@ class AsyncAssignedPartitions:
             await self._apply_assignment()
             return
         if self._closed:
-            raise InvalidArgument("the consumer is closed")
+            raise ConsumerClosed("the consumer is closed: create a new one with client.consumer()")
         metas = {name: await self._topics_cache.get(name) for name in self._topic_names}
         if self._requested is None and self.group is not None:
             self._membership = AsyncMembership(

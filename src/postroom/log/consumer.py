@@ -17,8 +17,7 @@ from psycopg.pq import TransactionStatus
 from .._acompat import Background, Event, outcome
 from .._checks import check_int
 from .._db import Database
-from .._listener import Subscription
-from .._wakeups import LOG
+from .._wakeups import LOG, Subscription
 from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigned import (
     DEFAULT_SESSION_TIMEOUT,
@@ -229,10 +228,10 @@ class Consumer(AssignedPartitions):
         # The cyclic GC paused while the rows are made and turned into messages (no
         # suspension inside: the result is here), and the rows freed before it resumes:
         # reading.gc_paused.
-        with gc_paused():
+        with gc_paused(self._db.options.pause_gc):
             rows = cur.fetchall()
         self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():
+        with gc_paused(self._db.options.pause_gc):
             self._buffer(rows, {(a.meta.id, a.partition): a for a in assigned})
             del rows
 
@@ -286,7 +285,9 @@ class Consumer(AssignedPartitions):
         the work while one of them waits: this one for the server, that one for a commit)."""
         try:
             cur = self._execute_fetch(params, prefetch.sending)
-            with gc_paused():  # the rows are GC-tracked tuples (see _fetch)
+            with gc_paused(
+                self._db.options.pause_gc
+            ):  # the rows are GC-tracked tuples (see _fetch)
                 prefetch.rows = cur.fetchall()
         except Exception:  # noqa: BLE001 - dropped: the fetch in poll() runs again and reports
             prefetch.rows = None
@@ -302,7 +303,7 @@ class Consumer(AssignedPartitions):
         if (prefetch.limit, prefetch.max_bytes) != (limit, max_bytes):
             return False
         self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():  # as in _fetch
+        with gc_paused(self._db.options.pause_gc):  # as in _fetch
             self._buffer(rows, prefetch.fetched, prefetch.starts)
             del rows
         return any(a.buffer for a in prefetch.fetched.values())
@@ -623,7 +624,7 @@ class Consumer(AssignedPartitions):
         messages: list[Message] = []
         append, new, builder = messages.append, object.__new__, MessageBuilder
         message_class = Message
-        with gc_paused():  # as in _fetch
+        with gc_paused(self._db.options.pause_gc):  # as in _fetch
             rows = cur.fetchall()
             for topic_id, partition, offset, key, value, headers, created_at in rows:
                 message: Any = new(builder)

@@ -31,10 +31,9 @@ import psycopg
 
 from .._acompat import Event, gather, sleep, spawn
 from .._db import Database, translate_errors
-from .._listener import Subscription
 from .._reconnect import reconnect_delay
 from .._retention import RetentionRunner
-from .._wakeups import GROUPS
+from .._wakeups import GROUPS, Subscription
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata import TopicCache, TopicMeta

@@ -29,10 +29,9 @@ import psycopg
 
 from .._acompat import AEvent, agather, asleep, aspawn
 from .._db_async import AsyncDatabase, translate_errors
-from .._listener_async import AsyncSubscription
 from .._reconnect import reconnect_delay
 from .._retention_async import AsyncRetentionRunner
-from .._wakeups import GROUPS
+from .._wakeups import GROUPS, Subscription
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata_async import AsyncTopicCache, TopicMeta
@@ -93,7 +92,7 @@ class AsyncMembership:
         self.metas: dict[int, TopicMeta] = {}
         self.version = 0
         self.generation_changes = 0
-        self._wakeups: AsyncSubscription | None = None  # on the client's one listener
+        self._wakeups: Subscription | None = None  # on the client's one listener
         self._announced = AEvent()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._stop = AEvent()

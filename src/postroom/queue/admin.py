@@ -13,15 +13,19 @@ from datetime import timedelta
 from typing import Any
 
 from .._acompat import sleep
-from .._checks import check_int, check_seconds
+from .._checks import check_seconds
 from .._db import Database
 from ..errors import InvalidArgument, JobCancelled, JobFailed, JobNotFound, UniqueKeyTaken
 from .records import (
     JobInfo,
     JobStats,
     QueueCount,
+    check_job_id,
     check_kind,
+    check_limits,
+    check_purge_state,
     check_queue,
+    check_row_limit,
     check_state,
 )
 from .serializer import Serializer, check_serializer
@@ -37,7 +41,7 @@ class JobAdmin:
 
     def get(self, job_id: int) -> JobInfo:
         with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("get_job"), {"id": _check_id(job_id)})
+            cur = conn.execute(self.db.q("get_job"), {"id": check_job_id(job_id)})
             row = cur.fetchone()
             if row is None:
                 raise JobNotFound(f"job {job_id} not found (never enqueued, not kept, or purged)")
@@ -56,14 +60,14 @@ class JobAdmin:
             "state": None if state is None else check_state(state),
             "kind": None if kind is None else check_kind(kind),
             "queue": None if queue is None else check_queue(queue),
-            "limit": _check_limit(limit),
+            "limit": check_row_limit(limit),
         }
         with self.db.connection() as conn:
             cur = conn.execute(self.db.q("list_jobs"), params)
             return [JobInfo(*row) for row in cur.fetchall()]
 
     def retry(self, job_id: int) -> None:
-        _check_id(job_id)
+        check_job_id(job_id)
         with self.db.connection() as conn:
             cur = conn.execute(self.db.q("job_state"), {"id": job_id})
             row = cur.fetchone()
@@ -93,7 +97,7 @@ class JobAdmin:
 
     def cancel(self, job_id: int) -> str:
         with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("cancel_job"), {"id": _check_id(job_id)})
+            cur = conn.execute(self.db.q("cancel_job"), {"id": check_job_id(job_id)})
             row = cur.fetchone()
         if row is None or row[0] is None:
             raise JobNotFound(f"job {job_id} is not a live job: it finished, or never existed")
@@ -108,11 +112,7 @@ class JobAdmin:
     ) -> int:
         """Delete finished (done/cancelled) or failed jobs older than ``older_than``, in
         batches of ``batch`` rows, each its own transaction (short locks, bounded WAL)."""
-        if state not in ("done", "cancelled", "failed"):
-            raise InvalidArgument(
-                f"invalid state {state!r} to purge: done, cancelled or failed (live jobs are "
-                "cancelled, not purged)"
-            )
+        check_purge_state(state)
         seconds = check_seconds("older_than", older_than)
         with self.db.connection() as conn:
             cur = conn.execute(self.db.q("db_clock"))
@@ -122,7 +122,7 @@ class JobAdmin:
             "cutoff": row[0] - timedelta(seconds=seconds),
             "state": state,
             "kind": None if kind is None else check_kind(kind),
-            "batch": _check_limit(batch),
+            "batch": check_row_limit(batch),
         }
         query = self.db.q("purge_failed" if state == "failed" else "purge_finished")
         total = 0
@@ -171,16 +171,7 @@ class JobAdmin:
         burst: float | None,
     ) -> None:
         check_kind(name) if scope == "kind" else check_queue(name)
-        if max_concurrency is not None:
-            check_int("max_concurrency", max_concurrency, 1)
-        if rate_limit is not None:
-            rate_limit = check_seconds("rate_limit", rate_limit, allow_zero=False)
-        if burst is not None:
-            burst = check_seconds("burst", burst)
-            if burst < 1:
-                raise InvalidArgument(f"invalid burst {burst!r}: at least 1 job")
-        elif rate_limit is not None:
-            burst = max(1.0, rate_limit)
+        max_concurrency, rate_limit, burst = check_limits(max_concurrency, rate_limit, burst)
         with self.db.connection() as conn:
             if max_concurrency is None and rate_limit is None:
                 conn.execute(self.db.q("delete_limit"), {"scope": scope, "name": name})
@@ -254,11 +245,3 @@ class Job:
     def cancel(self) -> str:
         """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
         return self._admin.cancel(self.id)
-
-
-def _check_id(job_id: object) -> int:
-    return check_int("job id", job_id, 1)
-
-
-def _check_limit(limit: object) -> int:
-    return check_int("limit", limit, 1, 1_000_000)

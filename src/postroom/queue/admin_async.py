@@ -11,15 +11,19 @@ from datetime import timedelta
 from typing import Any
 
 from .._acompat import asleep
-from .._checks import check_int, check_seconds
+from .._checks import check_seconds
 from .._db_async import AsyncDatabase
 from ..errors import InvalidArgument, JobCancelled, JobFailed, JobNotFound, UniqueKeyTaken
 from .records import (
     JobInfo,
     JobStats,
     QueueCount,
+    check_job_id,
     check_kind,
+    check_limits,
+    check_purge_state,
     check_queue,
+    check_row_limit,
     check_state,
 )
 from .serializer import Serializer, check_serializer
@@ -35,7 +39,7 @@ class AsyncJobAdmin:
 
     async def get(self, job_id: int) -> JobInfo:
         async with self.db.connection() as conn:
-            cur = await conn.execute(self.db.q("get_job"), {"id": _check_id(job_id)})
+            cur = await conn.execute(self.db.q("get_job"), {"id": check_job_id(job_id)})
             row = await cur.fetchone()
             if row is None:
                 raise JobNotFound(f"job {job_id} not found (never enqueued, not kept, or purged)")
@@ -54,14 +58,14 @@ class AsyncJobAdmin:
             "state": None if state is None else check_state(state),
             "kind": None if kind is None else check_kind(kind),
             "queue": None if queue is None else check_queue(queue),
-            "limit": _check_limit(limit),
+            "limit": check_row_limit(limit),
         }
         async with self.db.connection() as conn:
             cur = await conn.execute(self.db.q("list_jobs"), params)
             return [JobInfo(*row) for row in await cur.fetchall()]
 
     async def retry(self, job_id: int) -> None:
-        _check_id(job_id)
+        check_job_id(job_id)
         async with self.db.connection() as conn:
             cur = await conn.execute(self.db.q("job_state"), {"id": job_id})
             row = await cur.fetchone()
@@ -91,7 +95,7 @@ class AsyncJobAdmin:
 
     async def cancel(self, job_id: int) -> str:
         async with self.db.connection() as conn:
-            cur = await conn.execute(self.db.q("cancel_job"), {"id": _check_id(job_id)})
+            cur = await conn.execute(self.db.q("cancel_job"), {"id": check_job_id(job_id)})
             row = await cur.fetchone()
         if row is None or row[0] is None:
             raise JobNotFound(f"job {job_id} is not a live job: it finished, or never existed")
@@ -106,11 +110,7 @@ class AsyncJobAdmin:
     ) -> int:
         """Delete finished (done/cancelled) or failed jobs older than ``older_than``, in
         batches of ``batch`` rows, each its own transaction (short locks, bounded WAL)."""
-        if state not in ("done", "cancelled", "failed"):
-            raise InvalidArgument(
-                f"invalid state {state!r} to purge: done, cancelled or failed (live jobs are "
-                "cancelled, not purged)"
-            )
+        check_purge_state(state)
         seconds = check_seconds("older_than", older_than)
         async with self.db.connection() as conn:
             cur = await conn.execute(self.db.q("db_clock"))
@@ -120,7 +120,7 @@ class AsyncJobAdmin:
             "cutoff": row[0] - timedelta(seconds=seconds),
             "state": state,
             "kind": None if kind is None else check_kind(kind),
-            "batch": _check_limit(batch),
+            "batch": check_row_limit(batch),
         }
         query = self.db.q("purge_failed" if state == "failed" else "purge_finished")
         total = 0
@@ -169,16 +169,7 @@ class AsyncJobAdmin:
         burst: float | None,
     ) -> None:
         check_kind(name) if scope == "kind" else check_queue(name)
-        if max_concurrency is not None:
-            check_int("max_concurrency", max_concurrency, 1)
-        if rate_limit is not None:
-            rate_limit = check_seconds("rate_limit", rate_limit, allow_zero=False)
-        if burst is not None:
-            burst = check_seconds("burst", burst)
-            if burst < 1:
-                raise InvalidArgument(f"invalid burst {burst!r}: at least 1 job")
-        elif rate_limit is not None:
-            burst = max(1.0, rate_limit)
+        max_concurrency, rate_limit, burst = check_limits(max_concurrency, rate_limit, burst)
         async with self.db.connection() as conn:
             if max_concurrency is None and rate_limit is None:
                 await conn.execute(self.db.q("delete_limit"), {"scope": scope, "name": name})
@@ -252,11 +243,3 @@ class AsyncJob:
     async def cancel(self) -> str:
         """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
         return await self._admin.cancel(self.id)
-
-
-def _check_id(job_id: object) -> int:
-    return check_int("job id", job_id, 1)
-
-
-def _check_limit(limit: object) -> int:
-    return check_int("limit", limit, 1, 1_000_000)

@@ -71,6 +71,40 @@ def check_max_attempts(max_attempts: object) -> int:
     return check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
 
 
+def check_job_id(job_id: object) -> int:
+    return check_int("job id", job_id, 1)
+
+
+def check_row_limit(limit: object) -> int:
+    """How many rows a listing returns or a batch deletes."""
+    return check_int("limit", limit, 1, 1_000_000)
+
+
+def check_purge_state(state: object) -> str:
+    if state not in ("done", "cancelled", "failed"):
+        raise InvalidArgument(
+            f"invalid state {state!r} to purge: done, cancelled or failed (live jobs are "
+            "cancelled, not purged)"
+        )
+    return str(state)
+
+
+def check_limits(
+    max_concurrency: object, rate_limit: object, burst: object
+) -> tuple[int | None, float | None, float | None]:
+    """``set_job_limit``'s arguments checked: at least one running job, a rate in jobs per
+    second above 0, a burst of at least one job (default: one second's worth, at least 1)."""
+    running = None if max_concurrency is None else check_int("max_concurrency", max_concurrency, 1)
+    rate = None if rate_limit is None else check_seconds("rate_limit", rate_limit, allow_zero=False)
+    if burst is not None:
+        bucket: float | None = check_seconds("burst", burst)
+        if bucket is not None and bucket < 1:
+            raise InvalidArgument(f"invalid burst {burst!r}: at least 1 job")
+    else:
+        bucket = None if rate is None else max(1.0, rate)
+    return running, rate, bucket
+
+
 def check_unique_key(key: object, what: str = "unique_key") -> str | None:
     if key is None:
         return None

@@ -16,12 +16,12 @@ import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
+from .._maintenance import SMALL_VACUUM_MIN_DEAD as SMALL_VACUUM_MIN_DEAD
+from .._maintenance import needs_vacuum as needs_vacuum
 from .._periodic_async import AsyncPeriodic
 
 log = logging.getLogger("postroom.worker")
 
-VACUUM_MIN_DEAD = 10_000
-SMALL_VACUUM_MIN_DEAD = 1_000
 VACUUMS = {
     "jobs": "vacuum_jobs",
     "finished_jobs": "vacuum_finished_jobs",
@@ -32,12 +32,6 @@ VACUUMS = {
     "queue_pauses": "vacuum_queue_pauses",
 }
 """The named VACUUM of each queue table."""
-
-
-def needs_vacuum(table: str, dead: int, live: int) -> bool:
-    """Whether ``table``'s dead rows call for a VACUUM (sans-IO, for the vacuum units)."""
-    least = VACUUM_MIN_DEAD if table in ("jobs", "finished_jobs") else SMALL_VACUUM_MIN_DEAD
-    return dead > least and dead > live / 5
 
 
 class AsyncVacuum(AsyncPeriodic):

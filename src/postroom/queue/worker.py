@@ -46,7 +46,7 @@ from .._acompat import (
     sleep,
     spawn,
 )
-from .._checks import check_seconds
+from .._checks import check_int, check_interval, check_seconds
 from .._db import Database, ReconnectingPool, check_pooled
 from .._periodic import Periodic
 from ..errors import (
@@ -54,6 +54,7 @@ from ..errors import (
     JobInterrupted,
     PermissionDenied,
     SchemaNotReady,
+    WorkerAlreadyRun,
     WorkerCrashed,
 )
 from . import joblog
@@ -139,15 +140,9 @@ class Worker:
                 )
             queues = sorted(registered)
         self.queues = check_queues(queues)
-        for what, value in (("concurrency", concurrency), ("prefetch", prefetch)):
-            if what == "prefetch" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgument(
-                    f"invalid {what} {value!r}: an integer >= 0 (prefetch: or None)"
-                )
-        if concurrency < 1:
-            raise InvalidArgument(f"invalid concurrency {concurrency!r}: an integer >= 1")
+        check_int("concurrency", concurrency, 1)
+        if prefetch is not None:
+            check_int("prefetch", prefetch, 0, hint="or None: sized as the worker runs")
         self.concurrency = concurrency
         self._prefetch = prefetch
         self._lease = check_seconds("lease", lease, allow_zero=False)
@@ -169,11 +164,7 @@ class Worker:
         self._listen = bool(listen)
         self._grace = check_seconds("shutdown_grace", shutdown_grace)
         self._keep_finished = check_seconds("keep_finished", keep_finished)
-        self._vacuum_interval = (
-            None
-            if vacuum_interval is None
-            else check_seconds("vacuum_interval", vacuum_interval, allow_zero=False)
-        )
+        self._vacuum_interval = check_interval("vacuum_interval", vacuum_interval)
         self._cancel_grace = check_seconds("cancel_grace", cancel_grace)
         self._warn_after = (
             None
@@ -211,7 +202,7 @@ class Worker:
         """Run jobs until ``stop()``, SIGTERM or SIGINT; with ``burst``, also stop once no
         job is due (the queues are drained)."""
         if self._started:
-            raise InvalidArgument("a worker runs once; create a new one with client.worker()")
+            raise WorkerAlreadyRun("a worker runs once; create a new one with client.worker()")
         self._started = True
         pool = self._pool()
         pool.open(wait=True)
