@@ -7,7 +7,7 @@ the listener calls it with ``what`` for each wake-up of the client's schema that
 with None once the channel is listened to (again, after a reconnect): anything may have
 happened while nobody listened, so a subscriber then checks the database. The connection is
 opened at the first subscription, reconnected after a loss (wake-ups are hints: polling covers
-the gap) and closed with the client.
+the gap) and closed when the last subscriber leaves, or with the client.
 
     subscription = await client_db.wakeups.subscribe(JOBS, on_wakeup, wanted={"email"})
     ...
@@ -49,6 +49,7 @@ class AsyncWakeups:
         self._fresh: list[Subscription] = []  # not yet told that their channel is heard
         self._stopping = AEvent()
         self._task: Any = None
+        self._ending: list[Any] = []  # listeners stopped by their last unsubscribe
         self.connections = 0
         """LISTEN connections opened so far (for tests: one per client, plus reconnects)."""
 
@@ -76,18 +77,26 @@ class AsyncWakeups:
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
+        """End ``subscription``; the last one to end closes the LISTEN connection (the next
+        subscription opens a new one), so a client nobody listens through holds none."""
         with self._lock:
             if subscription in self._subscribers:
                 self._subscribers.remove(subscription)
             if subscription in self._fresh:
                 self._fresh.remove(subscription)
+            if not self._subscribers and self._task is not None:
+                self._stopping.set()  # the task ends within WAIT_SLICE; close() waits for it
+                self._ending.append(self._task)
+                self._task = None
 
     async def close(self) -> None:
         """Stop listening (the client closes); subscribing again starts anew."""
         with self._lock:
-            task, self._task = self._task, None
+            if self._task is not None:
+                self._ending.append(self._task)
+            tasks, self._ending, self._task = self._ending, [], None
             self._stopping.set()
-        if task is not None:
+        for task in tasks:
             try:
                 await agather(task, 5)
             except (TimeoutError, psycopg.Error) as exc:
