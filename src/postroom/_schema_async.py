@@ -27,6 +27,7 @@ class AsyncSchema:
         self._db = db
 
     async def pending_migrations(self) -> list[str]:
+        """Names (``NNNN_name``) of the migrations not yet applied to this schema."""
         async with self._db.connection() as conn:
             cur = await conn.execute(self._db.q("schema_exists"), {"schema": self._db.schema})
             row = await cur.fetchone()
@@ -37,6 +38,8 @@ class AsyncSchema:
         return [f"{m.version:04d}_{m.name}" for m in _sql.migrations() if m.version not in applied]
 
     async def migrate(self) -> list[str]:
+        """Install or upgrade the schema; returns the migrations applied. Idempotent, and safe
+        to call from many processes at once (they serialize on an advisory lock)."""
         done = []
         async with self._db.connection() as conn:
             await conn.execute(self._db.q("lock_migrations"), {"schema": self._db.schema})
@@ -57,11 +60,34 @@ class AsyncSchema:
     async def grant(
         self,
         role: str,
-        capabilities: tuple[str, ...],
+        *capabilities: str,
         groups: Iterable[str] | None = None,
         topics: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
     ) -> None:
+        """Grant an existing database role what one or more capabilities need, and nothing
+        more: ``"producer"`` (publish), ``"consumer"`` (consume; keep the cursors of its
+        groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
+        jobs), ``"admin"`` (everything in the schema). Run it as an admin (the schema owner)
+        after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does
+        not exist.
+
+        Groups and topics are granted one by one (least privilege): a consumer role uses
+        only the consumer groups in ``groups`` (with ``"consumer"``), a producer role
+        publishes only to the topics in ``topics`` (with ``"producer"``); anything else gets
+        :class:`~postroom.errors.PermissionDenied`. ``"*"`` grants every topic, or every
+        group nobody holds yet (the role takes such a group on first use; its other roles
+        then need a grant). Grants add up; :meth:`revoke` takes them back.
+
+            client.grant("orders_service", "producer", topics=["orders"])
+            client.grant("billing", "consumer", groups=["billing"])
+            client.grant("billing_audit", "consumer", groups=["billing"])  # share it
+            client.grant("mailer", "enqueuer", "worker", queues=["email"])
+
+        An enqueuer or worker uses every queue unless ``queues`` names some: then it is limited
+        to those (and any queue granted it by name before), everywhere a queue is involved:
+        enqueue, claim, job outcomes, purges, limits and schedules (docs/roles.md).
+        """
         check_role(role)
         unknown = set(capabilities) - set(GRANTS)
         if unknown or not capabilities:
@@ -99,8 +125,18 @@ class AsyncSchema:
                     await conn.execute(self._db.q("grant_queues"), {"role": role, "queues": scoped})
 
     async def revoke(
-        self, role: str, groups: Iterable[str] | None = None, topics: Iterable[str] | None = None
+        self,
+        role: str,
+        *,
+        groups: Iterable[str] | None = None,
+        topics: Iterable[str] | None = None,
     ) -> int:
+        """Take back ``role``'s grants on consumer ``groups`` and ``topics`` (names or
+        ``"*"``, as granted); returns how many grants it removed. A group nobody holds any
+        more goes to the next role granted ``"*"`` that uses it. Admins only.
+
+            client.revoke("billing_audit", groups=["billing"])
+        """
         check_role(role)
         dropped = check_scope("group", groups)
         withdrawn = check_scope("topic", topics)
@@ -124,6 +160,9 @@ class AsyncSchema:
         return removed
 
     async def grants(self, role: str | None = None) -> list[RoleGrant]:
+        """The scoped grants of ``role`` (every role's if None), sorted by role, resource
+        (``"group"``, ``"topic"``) and name: :class:`postroom.RoleGrant` tuples. Admins
+        only."""
         if role is not None:
             check_role(role)
         async with self._db.connection() as conn:

@@ -12,7 +12,6 @@ from typing import Any
 
 from ._db import Database, open_database
 from ._delegate import delegate
-from ._grants import RoleGrant
 from ._maintenance import UNSET as UNSET_OPTION
 from ._maintenance import client_options
 from ._schema import Schema
@@ -136,68 +135,11 @@ class Client:
 
     # -- schema -----------------------------------------------------------------------------
 
-    def pending_migrations(self) -> list[str]:
-        """Names (``NNNN_name``) of the migrations not yet applied to this schema."""
-        return self._schema.pending_migrations()
-
-    def migrate(self) -> list[str]:
-        """Install or upgrade the schema; returns the migrations applied. Idempotent, and safe
-        to call from many processes at once (they serialize on an advisory lock)."""
-        return self._schema.migrate()
-
-    def grant(
-        self,
-        role: str,
-        *capabilities: str,
-        groups: Iterable[str] | None = None,
-        topics: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-    ) -> None:
-        """Grant an existing database role what one or more capabilities need, and nothing
-        more: ``"producer"`` (publish), ``"consumer"`` (consume; keep the cursors of its
-        groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
-        jobs), ``"admin"`` (everything in the schema). Run it as an admin (the schema owner)
-        after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does
-        not exist.
-
-        Groups and topics are granted one by one (least privilege): a consumer role uses
-        only the consumer groups in ``groups`` (with ``"consumer"``), a producer role
-        publishes only to the topics in ``topics`` (with ``"producer"``); anything else gets
-        :class:`~postroom.errors.PermissionDenied`. ``"*"`` grants every topic, or every
-        group nobody holds yet (the role takes such a group on first use; its other roles
-        then need a grant). Grants add up; :meth:`revoke` takes them back.
-
-            client.grant("orders_service", "producer", topics=["orders"])
-            client.grant("billing", "consumer", groups=["billing"])
-            client.grant("billing_audit", "consumer", groups=["billing"])  # share it
-            client.grant("mailer", "enqueuer", "worker", queues=["email"])
-
-        An enqueuer or worker uses every queue unless ``queues`` names some: then it is limited
-        to those (and any queue granted it by name before), everywhere a queue is involved:
-        enqueue, claim, job outcomes, purges, limits and schedules (docs/roles.md).
-        """
-        self._schema.grant(role, capabilities, groups, topics, queues)
-
-    def revoke(
-        self,
-        role: str,
-        *,
-        groups: Iterable[str] | None = None,
-        topics: Iterable[str] | None = None,
-    ) -> int:
-        """Take back ``role``'s grants on consumer ``groups`` and ``topics`` (names or
-        ``"*"``, as granted); returns how many grants it removed. A group nobody holds any
-        more goes to the next role granted ``"*"`` that uses it. Admins only.
-
-            client.revoke("billing_audit", groups=["billing"])
-        """
-        return self._schema.revoke(role, groups, topics)
-
-    def grants(self, role: str | None = None) -> list[RoleGrant]:
-        """The scoped grants of ``role`` (every role's if None), sorted by role, resource
-        (``"group"``, ``"topic"``) and name: :class:`postroom.RoleGrant` tuples. Admins
-        only."""
-        return self._schema.grants(role)
+    pending_migrations = delegate("_schema", Schema.pending_migrations)
+    migrate = delegate("_schema", Schema.migrate)
+    grant = delegate("_schema", Schema.grant)
+    revoke = delegate("_schema", Schema.revoke)
+    grants = delegate("_schema", Schema.grants)
 
     # -- topics -----------------------------------------------------------------------------
 
