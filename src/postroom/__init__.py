@@ -32,10 +32,12 @@ from .log.records import (
 )
 from .log.runner import Runner
 from .log.runner_async import AsyncRunner
+from .queue.admin import Job
+from .queue.admin_async import AsyncJob
 from .queue.backoff import Backoff
 from .queue.context import JobContext
-from .queue.jobs import Job, JobFunction
-from .queue.jobs_async import AsyncJob, AsyncJobFunction
+from .queue.enqueue import JobFunction
+from .queue.enqueue_async import AsyncJobFunction
 from .queue.options import EnqueueOptions
 from .queue.records import JobInfo, JobStats, QueueCount
 from .queue.requests import JobRequest

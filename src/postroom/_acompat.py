@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import ctypes
 import inspect
 import queue
 import signal
@@ -25,7 +24,7 @@ from concurrent.futures import Future as _ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import _futures
+from . import _fastpaths
 from .errors import JobInterrupted
 
 T = TypeVar("T")
@@ -181,10 +180,10 @@ def call_hook(func: Callable[..., Any], *args: Any) -> Any:
     return func(*args)
 
 
-ASends = _futures.ASends
-ASendFuture = _futures.ASendFuture
-SendFuture = _futures.SendFuture
-Sends = _futures.Sends
+ASends = _fastpaths.ASends  # the fast paths' seam picks these (or their plain fallbacks)
+ASendFuture = _fastpaths.ASendFuture
+SendFuture = _fastpaths.SendFuture
+Sends = _fastpaths.Sends
 
 
 def ais_current(worker: asyncio.Task[None] | None) -> bool:
@@ -262,16 +261,14 @@ def install_sync_stop_handler(callback: Callable[[], None]) -> Callable[[], None
     return restore
 
 
-_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
-_set_async_exc.argtypes = [ctypes.c_ulong, ctypes.py_object]
-
-
 class JobCall:
     """One call of a job function in the calling thread, with a timeout and ``interrupt()``.
 
     A thread cannot be killed, so both raise :class:`JobInterrupted` inside it
-    (``PyThreadState_SetAsyncExc``): the function sees it at its next Python bytecode. Code
-    blocked in C (a long ``time.sleep``, a socket read) sees it when that call returns.
+    (``PyThreadState_SetAsyncExc``, fenced in ``_fastpaths``): the function sees it at its next
+    Python bytecode. Code blocked in C (a long ``time.sleep``, a socket read) sees it when
+    that call returns. On the fast paths' plain fallback nothing is raised: the job is asked
+    to stop through its ``JobContext`` and runs on until it returns.
     """
 
     def __init__(
@@ -320,7 +317,7 @@ class JobCall:
             self._finished = True
             if self._injected and self._thread_id is not None:
                 # Clear an exception injected but not yet raised: the call is over.
-                _set_async_exc(self._thread_id, ctypes.py_object())
+                _fastpaths.raise_in_thread(self._thread_id, None)
 
     def interrupt(self, reason: JobInterrupted) -> None:
         """Make the running call raise ``reason`` (once; later calls do nothing)."""
@@ -329,8 +326,11 @@ class JobCall:
                 return
             self._reason = reason
             if self._thread_id is not None:
-                self._injected = True
-                _set_async_exc(self._thread_id, ctypes.py_object(_with_reason(reason.reason)))
+                # On the plain fallback nothing can be raised in the thread: the job was asked
+                # to stop (its JobContext) and runs on until it returns.
+                self._injected = _fastpaths.raise_in_thread(
+                    self._thread_id, _with_reason(reason.reason)
+                )
 
 
 class AJobCall:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 from .errors import InvalidArgument
+
+MAX_SECONDS = 100 * 365.25 * 86400
+"""The longest duration (interval, delay, timeout, ...) accepted: 100 years."""
 
 
 def check_int(what: str, value: object, low: int, high: int | None = None, hint: str = "") -> int:
@@ -53,6 +57,37 @@ def check_group_ttl(group_ttl: timedelta | None) -> timedelta | None:
     ):
         raise InvalidArgument(f"invalid group_ttl {group_ttl!r}: a positive timedelta or None")
     return group_ttl
+
+
+def check_seconds(what: str, value: object, *, allow_zero: bool = True) -> float:
+    """A duration given as seconds or a timedelta, as float seconds, from 0 (or above 0 when
+    not ``allow_zero``) to ``MAX_SECONDS``; else :class:`InvalidArgument` naming ``what``.
+
+        check_seconds("lease", timedelta(minutes=1))   # -> 60.0
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgument(f"invalid {what} {value!r}: pass seconds (a number) or a timedelta")
+    if (
+        not math.isfinite(seconds)
+        or not 0 <= seconds <= MAX_SECONDS
+        or (seconds == 0 and not allow_zero)
+    ):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgument(
+            f"invalid {what} {value!r}: must be {bound} and at most {MAX_SECONDS:.0f} seconds "
+            "(100 years)"
+        )
+    return seconds
+
+
+def check_interval(what: str, value: object) -> float | None:
+    """An interval of a background unit: seconds or a timedelta above 0 (as ``check_seconds``),
+    or None (the unit is off)."""
+    return None if value is None else check_seconds(what, value, allow_zero=False)
 
 
 def check_text(what: str, value: str) -> str:

@@ -18,7 +18,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from . import _sql
 from ._acompat import sleep, to_thread
 from ._conninfo import unavailable
-from ._dbshared import translate_errors, unwrap_connection
+from ._dbshared import commit_lost as commit_lost
+from ._dbshared import translate_errors as translate_errors
+from ._dbshared import unwrap_connection as unwrap_connection
+from ._listener import Wakeups
+from ._maintenance import ClientOptions
 from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
 from .errors import (
@@ -30,13 +34,26 @@ _QUERIES = _sql.all_queries()
 log = logging.getLogger("postroom")
 
 
+DEFAULT_OPTIONS = ClientOptions()
+
+
 class Database:
     """A pool of connections to one postroom schema, with its queries rendered for that schema."""
 
-    def __init__(self, pool: ConnectionPool, conninfo: str, schema: str) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        conninfo: str,
+        schema: str,
+        options: ClientOptions = DEFAULT_OPTIONS,
+        wakeups: Wakeups | None = None,
+    ) -> None:
         self.pool = pool
         self.conninfo = conninfo
         self.schema = schema
+        self.options = options
+        """The client's options (``connect(retention_interval=..., pause_gc=...)``), for the
+        engines' background units and fast paths."""
         self.topic_names: dict[int, str] = {}
         """Names of the topics looked up through this handle, by id: errors raised by SQL
         functions name a topic by its id, and ``translate_errors`` puts the name back."""
@@ -46,6 +63,9 @@ class Database:
             for name, text in _QUERIES.items()
             if "{role}" not in text
         }
+
+        self.wakeups = Wakeups(conninfo, schema, self._rendered) if wakeups is None else wakeups
+        """The client's one listener (``_listener_async``), shared by handles on its pools."""
 
     def q(self, name: str) -> sql.Composed:
         return self._rendered[name]
@@ -99,22 +119,6 @@ class Database:
                     yield raw, own
             else:
                 yield raw, False
-
-
-def commit_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
-    """Whether ``exc``, raised by a COMMIT on ``conn``, leaves its outcome unknown: the
-    connection was lost (no answer, or the server ended the session) rather than the server
-    answering that it rolled back (a serialization failure, a deferred constraint)."""
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    sqlstate = exc.sqlstate
-    return (
-        conn.broken
-        or conn.closed
-        or sqlstate is None
-        or sqlstate.startswith("08")  # connection exception
-        or sqlstate in ("57P01", "57P02", "57P03")  # the server shut the session down
-    )
 
 
 def commit_or_unknown(conn: psycopg.Connection[Any], committing: str | Callable[[], str]) -> None:
@@ -189,7 +193,13 @@ class ReconnectingPool(ConnectionPool):
             sleep(attempt.delay)
 
 
-def open_database(url: str | None, schema: str, min_size: int, max_size: int) -> Database:
+def open_database(
+    url: str | None,
+    schema: str,
+    min_size: int,
+    max_size: int,
+    options: ClientOptions = DEFAULT_OPTIONS,
+) -> Database:
     """A database handle on ``url`` (else ``POSTROOM_URL``, ``DATABASE_URL``, the embedded
     server), its pool open. Raises :class:`DatabaseUnavailable` at once, without the password,
     if the server cannot be reached or the URL does not parse."""
@@ -212,7 +222,7 @@ def open_database(url: str | None, schema: str, min_size: int, max_size: int) ->
         check=check_pooled,
     )
     pool.open(wait=True)
-    return Database(pool, conninfo, schema)
+    return Database(pool, conninfo, schema, options)
 
 
 def check_pooled(conn: psycopg.Connection[Any]) -> None:

@@ -16,7 +16,11 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from . import _sql
 from ._acompat import asleep, ato_thread
 from ._conninfo import unavailable
-from ._dbshared import translate_errors, unwrap_connection
+from ._dbshared import commit_lost as commit_lost
+from ._dbshared import translate_errors as translate_errors
+from ._dbshared import unwrap_connection as unwrap_connection
+from ._listener_async import AsyncWakeups
+from ._maintenance import ClientOptions
 from ._reconnect import ReconnectAttempt
 from .embedded import resolve_url
 from .errors import (
@@ -28,13 +32,26 @@ _QUERIES = _sql.all_queries()
 log = logging.getLogger("postroom")
 
 
+DEFAULT_OPTIONS = ClientOptions()
+
+
 class AsyncDatabase:
     """A pool of connections to one postroom schema, with its queries rendered for that schema."""
 
-    def __init__(self, pool: AsyncConnectionPool, conninfo: str, schema: str) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        conninfo: str,
+        schema: str,
+        options: ClientOptions = DEFAULT_OPTIONS,
+        wakeups: AsyncWakeups | None = None,
+    ) -> None:
         self.pool = pool
         self.conninfo = conninfo
         self.schema = schema
+        self.options = options
+        """The client's options (``connect(retention_interval=..., pause_gc=...)``), for the
+        engines' background units and fast paths."""
         self.topic_names: dict[int, str] = {}
         """Names of the topics looked up through this handle, by id: errors raised by SQL
         functions name a topic by its id, and ``translate_errors`` puts the name back."""
@@ -44,6 +61,11 @@ class AsyncDatabase:
             for name, text in _QUERIES.items()
             if "{role}" not in text
         }
+
+        self.wakeups = (
+            AsyncWakeups(conninfo, schema, self._rendered) if wakeups is None else wakeups
+        )
+        """The client's one listener (``_listener_async``), shared by handles on its pools."""
 
     def q(self, name: str) -> sql.Composed:
         return self._rendered[name]
@@ -97,22 +119,6 @@ class AsyncDatabase:
                     yield raw, own
             else:
                 yield raw, False
-
-
-def commit_lost(conn: psycopg.AsyncConnection[Any], exc: BaseException) -> bool:
-    """Whether ``exc``, raised by a COMMIT on ``conn``, leaves its outcome unknown: the
-    connection was lost (no answer, or the server ended the session) rather than the server
-    answering that it rolled back (a serialization failure, a deferred constraint)."""
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    sqlstate = exc.sqlstate
-    return (
-        conn.broken
-        or conn.closed
-        or sqlstate is None
-        or sqlstate.startswith("08")  # connection exception
-        or sqlstate in ("57P01", "57P02", "57P03")  # the server shut the session down
-    )
 
 
 async def commit_or_unknown(
@@ -190,7 +196,11 @@ class AsyncReconnectingPool(AsyncConnectionPool):
 
 
 async def open_database(
-    url: str | None, schema: str, min_size: int, max_size: int
+    url: str | None,
+    schema: str,
+    min_size: int,
+    max_size: int,
+    options: ClientOptions = DEFAULT_OPTIONS,
 ) -> AsyncDatabase:
     """A database handle on ``url`` (else ``POSTROOM_URL``, ``DATABASE_URL``, the embedded
     server), its pool open. Raises :class:`DatabaseUnavailable` at once, without the password,
@@ -214,7 +224,7 @@ async def open_database(
         check=check_pooled,
     )
     await pool.open(wait=True)
-    return AsyncDatabase(pool, conninfo, schema)
+    return AsyncDatabase(pool, conninfo, schema, options)
 
 
 async def check_pooled(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -1,6 +1,7 @@
 """What both database handles (``_db_async.py`` and its twin) share, with no I/O of their own:
-finding the psycopg connection in a caller's wrapper, and the error boundary that turns
-database errors into :mod:`postroom.errors` types at the API edge."""
+finding the psycopg connection in a caller's wrapper, the error boundary that turns database
+errors into :mod:`postroom.errors` types at the API edge (``translate_errors``), and whether a
+COMMIT's outcome is unknown (``commit_lost``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from psycopg import errors as pg_errors
 
 from .errors import (
@@ -39,6 +41,22 @@ def unwrap_connection(conn: object, expected: type[Any]) -> Any:
     raise InvalidType(
         f"conn must be a {expected.__module__}.{expected.__name__} (or a SQLAlchemy/Django "
         f"connection wrapping one), got {type(conn).__name__}"
+    )
+
+
+def commit_lost(conn: psycopg.BaseConnection[Any], exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a COMMIT on ``conn``, leaves its outcome unknown: the
+    connection was lost (no answer, or the server ended the session) rather than the server
+    answering that it rolled back (a serialization failure, a deferred constraint)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = exc.sqlstate
+    return (
+        conn.broken
+        or conn.closed
+        or sqlstate is None
+        or sqlstate.startswith("08")  # connection exception
+        or sqlstate in ("57P01", "57P02", "57P03")  # the server shut the session down
     )
 
 

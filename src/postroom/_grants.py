@@ -6,11 +6,14 @@ A role uses only the consumer groups and publishes only to the topics granted to
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import NamedTuple
 
-from .errors import InvalidArgument, InvalidName
+from psycopg import errors as pg_errors
+
+from .errors import InvalidArgument, InvalidName, RoleNotFound
 from .log.records import check_name
 from .queue.records import check_queue
 
@@ -49,3 +52,38 @@ def check_scope(kind: str, names: Iterable[str] | None) -> list[str]:
         )
     check = check_queue if kind == "queue" else lambda name: check_name(kind, name)
     return [name if name == EVERY else check(name) for name in names]
+
+
+EVERY_QUEUE = "*"
+"""The queue_roles entry of a role that may use every queue."""
+
+
+def queue_scope(capabilities: tuple[str, ...], queues: Iterable[str] | None) -> list[str] | None:
+    """The queue_roles entries a grant records: every queue (``queues=None``) or the named ones
+    for an enqueuer or worker; None (nothing to record) for the other capabilities."""
+    queue_capability = bool({"enqueuer", "worker"} & set(capabilities))
+    if queues is None:
+        return [EVERY_QUEUE] if queue_capability else None
+    if isinstance(queues, str):
+        raise InvalidArgument(f"invalid queues {queues!r}: a list of queue names")
+    names = [check_queue(queue) for queue in queues]
+    if not queue_capability:
+        raise InvalidArgument(
+            f"queues={names!r} goes with the 'enqueuer' or 'worker' capability: "
+            "grant(role, 'worker', queues=[...])"
+        )
+    if not names:
+        raise InvalidArgument("queues=[] names no queue: name at least one, or pass None for all")
+    return names
+
+
+@contextmanager
+def role_errors(role: str) -> Iterator[None]:
+    try:
+        yield
+    except pg_errors.UndefinedObject as exc:
+        # "role ... does not exist" is the only undefined object a grant names by input.
+        raise RoleNotFound(
+            f"role {role!r} does not exist: create it first (CREATE ROLE ... LOGIN), then "
+            "grant it capabilities"
+        ) from exc

@@ -1,6 +1,7 @@
 """The retention runner: applies the topics' retention by itself, from any running process.
 
-Every group member (consumers, runners, relays) and every queue worker runs one. Every
+Every group member (consumers, runners, relays) runs one; queue workers do not (the queue
+engine starts no log maintenance). Every
 ``interval`` seconds (with jitter) each one tries a session advisory lock keyed by the schema;
 the one that gets it deletes expired messages (``run_retention``, migration 0011: the defaults
 of ``apply_retention``, batches of 10,000 per partition, repeated until nothing is left to
@@ -11,8 +12,9 @@ log's small hot tables (the counter rows ``partitions``, the ``cursors``, and th
 and more than a fifth of its live ones: every publish and commit updates a row there; and
 ``staged_messages`` every round (the dead rows that publishes in callers' transactions leave,
 migration 0017). The others skip that round. ``POSTROOM_RETENTION_INTERVAL`` sets the
-interval in seconds (default 30); ``off`` (or ``0``) turns the runner off in that process,
-and retention is then left to ``apply_retention()`` / ``postroom topic retention``. A role
+interval in seconds (default 30), and ``connect(retention_interval=...)`` overrides it per
+client; ``off`` (or ``0``, or None) turns the runner off in that process, and retention is
+then left to ``apply_retention()`` / ``postroom topic retention``. A role
 without EXECUTE on ``run_retention`` (granted to the producer, consumer and admin
 capabilities) logs it once and stops; a role that does not own ``messages`` runs retention
 and leaves VACUUM to autovacuum.
@@ -21,22 +23,17 @@ and leaves VACUUM to autovacuum.
 from __future__ import annotations
 
 import logging
-import os
-import random
 from typing import Any
 
 import psycopg
 
 from ._acompat import AEvent
 from ._db_async import AsyncDatabase
+from ._maintenance import needs_vacuum
+from ._periodic_async import AsyncPeriodic
 
 log = logging.getLogger("postroom.retention")
 
-DEFAULT_RETENTION_INTERVAL = 30.0
-ENV = "POSTROOM_RETENTION_INTERVAL"
-SMALL_VACUUM_MIN_DEAD = 1_000
-"""Dead rows past which a small hot table of the log is vacuumed (with more than a fifth of its
-live rows dead): a thousand dead rows are many pages for a few hundred live ones."""
 SMALL_TABLE_VACUUMS = {
     "partitions": "vacuum_partitions",
     "cursors": "vacuum_cursors",
@@ -50,51 +47,22 @@ MAX_CALLS_PER_ROUND = 100
 round ends even while writers outrun it; the next round goes on."""
 
 
-def retention_interval() -> float | None:
-    """The retention runner's interval from ``POSTROOM_RETENTION_INTERVAL`` (None: off)."""
-    raw = os.environ.get(ENV, "").strip().lower()
-    if not raw:
-        return DEFAULT_RETENTION_INTERVAL
-    if raw in ("off", "none", "0", "false", "no"):
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        log.warning(
-            "%s=%r is not a number of seconds or 'off': using %s",
-            ENV,
-            raw,
-            DEFAULT_RETENTION_INTERVAL,
-        )
-        return DEFAULT_RETENTION_INTERVAL
-    return seconds if seconds > 0 else None
-
-
-class AsyncRetentionRunner:
+class AsyncRetentionRunner(AsyncPeriodic):
     """One process's retention runner; ``run`` loops until ``stopping`` is set."""
 
+    name = "retention"
+    what = "applying retention"
+
     def __init__(self, db: AsyncDatabase, *, interval: float, stopping: AEvent) -> None:
-        self._db = db
-        self._interval = interval
-        self._stopping = stopping
+        super().__init__(db, interval=interval, stopping=stopping, log=log)
         self._may_vacuum: bool | None = None
         self.vacuums = 0
         """VACUUMs of messages this runner ran (for tests and logs)."""
         self.vacuumed: list[str] = []
         """The small hot tables this runner vacuumed, in order (for tests and logs)."""
 
-    async def run(self) -> None:
-        while not self._stopping.is_set():
-            await self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
-            if self._stopping.is_set() or self._db.pool.closed:
-                return
-            try:
-                await self.run_once()
-            except psycopg.errors.InsufficientPrivilege as exc:
-                log.info("this role may not run retention (%s): left to other processes", exc)
-                return
-            except psycopg.Error as exc:
-                log.warning("applying retention failed: %s", exc)
+    async def tick(self) -> None:
+        await self.run_once()
 
     async def run_once(self) -> int | None:
         """One round: None if another process holds the runner's lock, else how many messages
@@ -151,7 +119,7 @@ class AsyncRetentionRunner:
     async def _vacuum_small_tables(self, conn: psycopg.AsyncConnection[Any]) -> None:
         cur = await conn.execute(self._db.q("log_dead_tuples"))
         for table, dead, live in await cur.fetchall():
-            if dead > SMALL_VACUUM_MIN_DEAD and dead > live / 5:
+            if needs_vacuum(table, dead, live):
                 await conn.execute(self._db.q(SMALL_TABLE_VACUUMS[table]), prepare=False)
                 self.vacuumed.append(table)
                 log.debug("vacuumed %s (%d dead rows, %d live)", table, dead, live)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-
-from psycopg import errors as pg_errors
+from collections.abc import Iterable
 
 from . import _sql
 from ._db_async import AsyncDatabase
-from ._grants import RoleGrant, check_role, check_scope
-from .errors import InvalidArgument, RoleNotFound
-from .queue.records import check_queue
+from ._grants import EVERY_QUEUE, RoleGrant, check_role, check_scope, queue_scope, role_errors
+from .errors import InvalidArgument
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
@@ -23,28 +19,6 @@ GRANTS: dict[str, tuple[str, ...]] = {
 }
 """The named grant statements (``_sql/grants.sql``) each capability needs."""
 
-EVERY_QUEUE = "*"
-"""The queue_roles entry of a role that may use every queue."""
-
-
-def _queue_scope(capabilities: tuple[str, ...], queues: Iterable[str] | None) -> list[str] | None:
-    """The queue_roles entries a grant records: every queue (``queues=None``) or the named ones
-    for an enqueuer or worker; None (nothing to record) for the other capabilities."""
-    queue_capability = bool({"enqueuer", "worker"} & set(capabilities))
-    if queues is None:
-        return [EVERY_QUEUE] if queue_capability else None
-    if isinstance(queues, str):
-        raise InvalidArgument(f"invalid queues {queues!r}: a list of queue names")
-    names = [check_queue(queue) for queue in queues]
-    if not queue_capability:
-        raise InvalidArgument(
-            f"queues={names!r} goes with the 'enqueuer' or 'worker' capability: "
-            "grant(role, 'worker', queues=[...])"
-        )
-    if not names:
-        raise InvalidArgument("queues=[] names no queue: name at least one, or pass None for all")
-    return names
-
 
 class AsyncSchema:
     """Migrations and grants of one postroom schema."""
@@ -53,6 +27,7 @@ class AsyncSchema:
         self._db = db
 
     async def pending_migrations(self) -> list[str]:
+        """Names (``NNNN_name``) of the migrations not yet applied to this schema."""
         async with self._db.connection() as conn:
             cur = await conn.execute(self._db.q("schema_exists"), {"schema": self._db.schema})
             row = await cur.fetchone()
@@ -63,6 +38,8 @@ class AsyncSchema:
         return [f"{m.version:04d}_{m.name}" for m in _sql.migrations() if m.version not in applied]
 
     async def migrate(self) -> list[str]:
+        """Install or upgrade the schema; returns the migrations applied. Idempotent, and safe
+        to call from many processes at once (they serialize on an advisory lock)."""
         done = []
         async with self._db.connection() as conn:
             await conn.execute(self._db.q("lock_migrations"), {"schema": self._db.schema})
@@ -83,11 +60,34 @@ class AsyncSchema:
     async def grant(
         self,
         role: str,
-        capabilities: tuple[str, ...],
+        *capabilities: str,
         groups: Iterable[str] | None = None,
         topics: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
     ) -> None:
+        """Grant an existing database role what one or more capabilities need, and nothing
+        more: ``"producer"`` (publish), ``"consumer"`` (consume; keep the cursors of its
+        groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
+        jobs), ``"admin"`` (everything in the schema). Run it as an admin (the schema owner)
+        after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does
+        not exist.
+
+        Groups and topics are granted one by one (least privilege): a consumer role uses
+        only the consumer groups in ``groups`` (with ``"consumer"``), a producer role
+        publishes only to the topics in ``topics`` (with ``"producer"``); anything else gets
+        :class:`~postroom.errors.PermissionDenied`. ``"*"`` grants every topic, or every
+        group nobody holds yet (the role takes such a group on first use; its other roles
+        then need a grant). Grants add up; :meth:`revoke` takes them back.
+
+            client.grant("orders_service", "producer", topics=["orders"])
+            client.grant("billing", "consumer", groups=["billing"])
+            client.grant("billing_audit", "consumer", groups=["billing"])  # share it
+            client.grant("mailer", "enqueuer", "worker", queues=["email"])
+
+        An enqueuer or worker uses every queue unless ``queues`` names some: then it is limited
+        to those (and any queue granted it by name before), everywhere a queue is involved:
+        enqueue, claim, job outcomes, purges, limits and schedules (docs/roles.md).
+        """
         check_role(role)
         unknown = set(capabilities) - set(GRANTS)
         if unknown or not capabilities:
@@ -107,8 +107,8 @@ class AsyncSchema:
                 f"topics={published!r} goes with the 'producer' capability: "
                 "grant(role, 'producer', topics=[...])"
             )
-        scoped = _queue_scope(capabilities, queues)
-        with _role_errors(role):
+        scoped = queue_scope(capabilities, queues)
+        with role_errors(role):
             async with self._db.connection() as conn:
                 for capability in capabilities:
                     for statement in GRANTS[capability]:
@@ -127,10 +127,19 @@ class AsyncSchema:
     async def revoke(
         self,
         role: str,
+        *,
         groups: Iterable[str] | None = None,
         topics: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
     ) -> int:
+        """Take back ``role``'s grants on consumer ``groups``, ``topics`` and ``queues``
+        (names or ``"*"``, as granted); returns how many grants it removed. A group nobody
+        holds any more goes to the next role granted ``"*"`` that uses it; an enqueuer or
+        worker left with no queue grant may use no queue. Admins only.
+
+            client.revoke("billing_audit", groups=["billing"])
+            client.revoke("mailer", queues=["*"])  # after granting it queues=["email"]
+        """
         check_role(role)
         scopes = [
             ("revoke_groups", "groups", check_scope("group", groups)),
@@ -142,7 +151,7 @@ class AsyncSchema:
                 "revoke(role, groups=[...], topics=[...], queues=[...]): name what to revoke"
             )
         removed = 0
-        with _role_errors(role):
+        with role_errors(role):
             async with self._db.connection() as conn:
                 for query, argument, names in scopes:
                     if names:
@@ -152,20 +161,11 @@ class AsyncSchema:
         return removed
 
     async def grants(self, role: str | None = None) -> list[RoleGrant]:
+        """The scoped grants of ``role`` (every role's if None), sorted by role, resource
+        (``"group"``, ``"topic"``) and name: :class:`postroom.RoleGrant` tuples. Admins
+        only."""
         if role is not None:
             check_role(role)
         async with self._db.connection() as conn:
             cur = await conn.execute(self._db.q("role_grants"), {"role": role})
             return [RoleGrant(*row) for row in await cur.fetchall()]
-
-
-@contextmanager
-def _role_errors(role: str) -> Iterator[None]:
-    try:
-        yield
-    except pg_errors.UndefinedObject as exc:
-        # "role ... does not exist" is the only undefined object a grant names by input.
-        raise RoleNotFound(
-            f"role {role!r} does not exist: create it first (CREATE ROLE ... LOGIN), then "
-            "grant it capabilities"
-        ) from exc

@@ -12,7 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._db import Database, open_database
-from ._grants import RoleGrant
+from ._delegate import delegate
+from ._maintenance import UNSET as UNSET_OPTION
+from ._maintenance import client_options
 from ._schema import Schema
 from .errors import InvalidName
 from .log.consumer import Consumer
@@ -42,7 +44,7 @@ from .log.records import (
     Value,
 )
 from .log.runner import Runner
-from .queue.facade import QueueFacade
+from .queue.jobs import Jobs
 from .queue.serializer import Serializer, check_serializer
 from .relay.inbox import Inbox, prune_inbox
 from .relay.loop import Relay
@@ -61,11 +63,16 @@ def connect(
     min_size: int = 1,
     max_size: int = 10,
     serializer: Serializer | None = None,
+    retention_interval: float | timedelta | None = UNSET_OPTION,
+    pause_gc: bool = True,
 ) -> Client:
     """Open a client on ``url``, else ``POSTROOM_URL``, else ``DATABASE_URL``, else the embedded
     PostgreSQL (started on first use). Call ``migrate()`` once to install the schema, and
     ``close()`` (or use ``with``) when done. ``serializer`` encodes job arguments and results
     (default: JSON with datetime, date, UUID and Decimal; see ``postroom.Serializer``).
+    ``retention_interval``: seconds between the retention rounds of this client's group
+    members (None: none; default: ``POSTROOM_RETENTION_INTERVAL``, else 30). ``pause_gc=False``
+    keeps the garbage collector running while a poll decodes a batch (docs/log.md).
 
         with postroom.connect() as client:  # async with await postroom.connect_async()
             client.migrate()  # await client.migrate()
@@ -87,14 +94,16 @@ def connect(
             "not starting with a digit"
         )
     return Client(
-        open_database(url, schema, min_size, max_size),
+        open_database(
+            url, schema, min_size, max_size, client_options(retention_interval, pause_gc)
+        ),
         serializer=check_serializer(serializer),
     )
 
 
-class Client(QueueFacade):
-    """Topics, publishing, consumers, groups, the relay and (inherited) the job queue on one
-    postroom schema.
+class Client:
+    """Topics, publishing, consumers, groups, the relay and the job queue (``client.jobs``,
+    whose methods the client delegates) on one postroom schema.
 
     Every write takes an optional ``conn``: the caller's own psycopg connection (or a
     SQLAlchemy/Django connection wrapping one). The write then joins the caller's transaction
@@ -109,6 +118,8 @@ class Client(QueueFacade):
         self.log: Log = Log(db) if log is None else log
         """The log engine (PostgreSQL's, or ``log``: Kafka's): the log methods delegate to it."""
         self._schema = Schema(db)
+        # -- the queue engine (its public methods are delegated below) --
+        self.jobs = Jobs(db, serializer)
 
     @property
     def schema(self) -> str:
@@ -119,6 +130,7 @@ class Client(QueueFacade):
         return self._db.conninfo
 
     def close(self) -> None:
+        self._db.wakeups.close()
         self._db.pool.close()
 
     def __enter__(self) -> Client:
@@ -129,71 +141,11 @@ class Client(QueueFacade):
 
     # -- schema -----------------------------------------------------------------------------
 
-    def pending_migrations(self) -> list[str]:
-        """Names (``NNNN_name``) of the migrations not yet applied to this schema."""
-        return self._schema.pending_migrations()
-
-    def migrate(self) -> list[str]:
-        """Install or upgrade the schema; returns the migrations applied. Idempotent, and safe
-        to call from many processes at once (they serialize on an advisory lock)."""
-        return self._schema.migrate()
-
-    def grant(
-        self,
-        role: str,
-        *capabilities: str,
-        groups: Iterable[str] | None = None,
-        topics: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-    ) -> None:
-        """Grant an existing database role what one or more capabilities need, and nothing
-        more: ``"producer"`` (publish), ``"consumer"`` (consume; keep the cursors of its
-        groups), ``"enqueuer"`` (enqueue jobs and wait for their results), ``"worker"`` (run
-        jobs), ``"admin"`` (everything in the schema). Run it as an admin (the schema owner)
-        after ``migrate()``. Raises :class:`~postroom.errors.RoleNotFound` if the role does
-        not exist.
-
-        Groups and topics are granted one by one (least privilege): a consumer role uses
-        only the consumer groups in ``groups`` (with ``"consumer"``), a producer role
-        publishes only to the topics in ``topics`` (with ``"producer"``); anything else gets
-        :class:`~postroom.errors.PermissionDenied`. ``"*"`` grants every topic, or every
-        group nobody holds yet (the role takes such a group on first use; its other roles
-        then need a grant). Grants add up; :meth:`revoke` takes them back.
-
-            client.grant("orders_service", "producer", topics=["orders"])
-            client.grant("billing", "consumer", groups=["billing"])
-            client.grant("billing_audit", "consumer", groups=["billing"])  # share it
-            client.grant("mailer", "enqueuer", "worker", queues=["email"])
-
-        An enqueuer or worker uses every queue unless ``queues`` names some: then it is limited
-        to those (and any queue granted it by name before), everywhere a queue is involved:
-        enqueue, claim, job outcomes, purges, limits and schedules (docs/roles.md).
-        """
-        self._schema.grant(role, capabilities, groups, topics, queues)
-
-    def revoke(
-        self,
-        role: str,
-        *,
-        groups: Iterable[str] | None = None,
-        topics: Iterable[str] | None = None,
-        queues: Iterable[str] | None = None,
-    ) -> int:
-        """Take back ``role``'s grants on consumer ``groups``, ``topics`` and ``queues``
-        (names or ``"*"``, as granted); returns how many grants it removed. A group nobody
-        holds any more goes to the next role granted ``"*"`` that uses it; an enqueuer or
-        worker left with no queue grant may use no queue. Admins only.
-
-            client.revoke("billing_audit", groups=["billing"])
-            client.revoke("mailer", queues=["*"])  # after granting it queues=["email"]
-        """
-        return self._schema.revoke(role, groups, topics, queues)
-
-    def grants(self, role: str | None = None) -> list[RoleGrant]:
-        """The scoped grants of ``role`` (every role's if None), sorted by role, resource
-        (``"group"``, ``"queue"``, ``"topic"``) and name: :class:`postroom.RoleGrant` tuples. Admins
-        only."""
-        return self._schema.grants(role)
+    pending_migrations = delegate("_schema", Schema.pending_migrations)
+    migrate = delegate("_schema", Schema.migrate)
+    grant = delegate("_schema", Schema.grant)
+    revoke = delegate("_schema", Schema.revoke)
+    grants = delegate("_schema", Schema.grants)
 
     # -- topics -----------------------------------------------------------------------------
 
@@ -259,9 +211,9 @@ class Client(QueueFacade):
         pins the log, and its lag then counts messages it will never see. Deletes at most
         ``batch_size`` messages per partition per call, so each transaction stays short; returns
         how many it deleted (call again while it returns a full batch). Running group members
-        and workers do this (with the defaults) every 30 s by themselves, and VACUUM
-        ``messages`` afterwards when their role owns it; ``POSTROOM_RETENTION_INTERVAL=off``
-        turns that off (docs/log.md, "Retention").
+        do this (with the defaults) every 30 s by themselves (``connect(retention_interval=)``,
+        default ``POSTROOM_RETENTION_INTERVAL``), and VACUUM ``messages`` afterwards when
+        their role owns it; None or ``off`` turns that off (docs/log.md, "Retention").
         """
         return self.log.apply_retention(group_expiry=group_expiry, batch_size=batch_size)
 
@@ -494,6 +446,29 @@ class Client(QueueFacade):
     def delete_group(self, group: str) -> None:
         """Forget a group's cursors; a consumer of that group then starts anew."""
         self.log.delete_group(group)
+
+    # -- jobs: the queue engine's methods (postroom.queue.jobs_async; docs/queue.md) --------
+
+    job = delegate("jobs", Jobs.job)
+    around_job = delegate("jobs", Jobs.around_job)
+    around_enqueue = delegate("jobs", Jobs.around_enqueue)
+    periodic = delegate("jobs", Jobs.periodic)
+    enqueue = delegate("jobs", Jobs.enqueue)
+    enqueue_batch = delegate("jobs", Jobs.enqueue_batch)
+    enqueue_group = delegate("jobs", Jobs.enqueue_group)
+    pause_queue = delegate("jobs", Jobs.pause_queue)
+    resume_queue = delegate("jobs", Jobs.resume_queue)
+    worker = delegate("jobs", Jobs.worker)
+    get_job = delegate("jobs", Jobs.get_job)
+    job_handle = delegate("jobs", Jobs.job_handle)
+    list_jobs = delegate("jobs", Jobs.list_jobs)
+    retry_job = delegate("jobs", Jobs.retry_job)
+    retry_failed_jobs = delegate("jobs", Jobs.retry_failed_jobs)
+    cancel_job = delegate("jobs", Jobs.cancel_job)
+    purge_jobs = delegate("jobs", Jobs.purge_jobs)
+    job_stats = delegate("jobs", Jobs.job_stats)
+    set_job_limit = delegate("jobs", Jobs.set_job_limit)
+    set_queue_limit = delegate("jobs", Jobs.set_queue_limit)
 
 
 __all__ = ["Client", "connect"]

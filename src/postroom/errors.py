@@ -2,6 +2,23 @@
 
 Each message names the bad value and what is allowed. Errors about caller input also derive from
 the matching built-in (``ValueError``, ``TypeError``, ``LookupError``) so generic handlers work.
+
+Which psycopg errors pass through, as psycopg raised them (everything else the database says
+about a postroom call becomes one of these types, with the bad value named):
+
+- ``psycopg.OperationalError`` when the server goes away during a call (the pools retry the
+  connection, not the call), and psycopg_pool's ``PoolTimeout`` (an ``OperationalError``) when
+  no pooled connection frees up in time. Two cases are ours instead: an unreachable server at
+  ``connect()`` is :class:`DatabaseUnavailable`, a COMMIT whose outcome is unknown is
+  :class:`CommitUnknown` (both also ``OperationalError``, where they replace one).
+- Errors of the caller's own transaction, with ``conn=``: its failed state
+  (``InFailedSqlTransaction``), its isolation (``SerializationFailure``, ``DeadlockDetected``)
+  and its settings (``QueryCanceled`` for a ``statement_timeout``, ``LockNotAvailable`` for a
+  ``lock_timeout``) are the caller's to handle, so they reach the caller unchanged.
+- ``InsufficientPrivilege`` never passes bare: it is :class:`PermissionDenied`, a subclass.
+
+A background unit (a worker's loop, a group member's heartbeat) retries on these and logs
+them; ``Worker.run()`` ends only with :class:`WorkerCrashed` or :class:`SchemaNotReady`.
 """
 
 from __future__ import annotations
@@ -67,6 +84,14 @@ class SchemaNotReady(PostroomError):
 
 class ProducerClosed(PostroomError):
     """``send`` was called on a closed producer."""
+
+
+class ConsumerClosed(PostroomError):
+    """``poll``, ``commit`` or another read was called on a closed consumer."""
+
+
+class WorkerAlreadyRun(PostroomError):
+    """``run()`` was called a second time on a worker: a worker runs once."""
 
 
 class JobNotFound(NotFound):

@@ -14,7 +14,9 @@ import pytest
 
 import postroom
 from postroom._acompat import Event
-from postroom._retention import ENV, RetentionRunner, retention_interval
+from postroom._maintenance import RETENTION_ENV as ENV
+from postroom._maintenance import retention_interval_from_env as retention_interval
+from postroom._retention import RetentionRunner
 
 from ..queue.helpers import scalar
 from ..signals import wait_for

@@ -222,11 +222,14 @@ def test_sql_enqueue_takes_jsonb_or_text_without_casts(client: postroom.Client, 
 
 
 def test_types_shared_by_the_twins_are_one_class() -> None:
-    from postroom.queue import jobs, jobs_async
+    from postroom.queue import enqueue, enqueue_async, jobs
 
-    for name in ("JobRequest", "JobOptions", "Schedule"):
-        assert vars(jobs)[name] is vars(jobs_async)[name], name
-    assert vars(jobs)["JobRequest"] is postroom.JobRequest
+    for name in ("JobRequest", "JobRegistry"):
+        assert vars(enqueue)[name] is vars(enqueue_async)[name], name
+    assert vars(enqueue)["JobRequest"] is postroom.JobRequest
+    for name in ("JobRegistry", "AsyncJob", "AsyncJobFunction"):
+        assert name.removeprefix("Async") in vars(jobs), name
+    assert postroom.Client.__mro__ == (postroom.Client, object)  # composition, no mixin
 
 
 def test_a_list_as_args_of_a_registered_kind_is_refused(client: postroom.Client) -> None:

@@ -315,3 +315,21 @@ def test_a_burst_worker_drains_a_limited_queue_despite_a_slow_write_back(
     client.enqueue_batch(limited.prepare(n=n) for n in range(5))
     client.worker(**FAST).run(burst=True, handle_signals=False)
     assert sorted(runs) == list(range(5))
+
+
+def limited(n: int) -> int:
+    return n
+
+
+def test_a_worker_queries_on_its_own_pool_only(any_client: postroom.Client) -> None:
+    # The worker's limits (and purges, rescues) once ran on the client's pool: with that pool
+    # closed, registering the kind's limit failed. Now the client only lends its conninfo.
+    job = any_client.job("limited", max_concurrency=1, rate_limit=100)(limited)
+    handle = job.enqueue(7)
+    worker = any_client.worker(poll_interval=0.05, keep_finished=60)
+    any_client.close()
+    worker.run(burst=True, handle_signals=False)
+    assert worker.processed == 1
+    with postroom.connect(any_client.conninfo) as other:
+        assert other.get_job(handle.id).state == "done"
+        assert other.jobs.admin.limits() == [("kind", "limited", 1, 100.0, 100.0)]

@@ -56,10 +56,6 @@ SELECT queue, paused_at FROM {schema}.queue_pauses ORDER BY queue;
 -- The unresolved parents of one job, for job show (no locks).
 SELECT parent_id FROM {schema}.job_dependencies WHERE job_id = %(id)s ORDER BY parent_id;
 
--- name: notify_queues
--- Wake-up hint for idle workers, delivered at commit; polling stays the source of truth.
-SELECT pg_notify('postroom_jobs', p) FROM unnest(%(payloads)s::text[]) AS p;
-
 -- name: claim_jobs
 -- Claims up to %(limit)s due jobs of the queues for this worker under a lease (the claim_jobs
 -- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist). Sorted in
@@ -254,10 +250,6 @@ SELECT q FROM {schema}.queues_ever_used(%(queues)s::text[]) AS q;
 -- most 1000 such jobs (a bounded scan of the ready set; no locks).
 SELECT queue, kind, jobs, waited
 FROM {schema}.waiting_unregistered_kinds(%(threshold)s::interval, %(kinds)s::text[]);
-
--- name: listen_jobs
--- Subscribes the worker's listener connection to enqueue and cancel wake-ups (no locks).
-LISTEN postroom_jobs;
 
 -- name: worker_session
 -- Worker connections commit without waiting for the WAL flush: a claim, heartbeat or outcome

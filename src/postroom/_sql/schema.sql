@@ -2015,7 +2015,7 @@ BEGIN
     FROM unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
     ORDER BY a.topic_id, a.partition
     ON CONFLICT (group_name, topic_id, partition) DO NOTHING;
-    PERFORM pg_notify('postroom_groups', p_group);
+    PERFORM pg_notify('postroom_groups', '{schema}:' || p_group);
     IF EXISTS (SELECT FROM {schema}.leases x
                LEFT JOIN unnest(p_topic_ids, p_partitions, p_targets) AS a(topic_id, partition, target)
                  ON a.topic_id = x.topic_id AND a.partition = x.partition
@@ -2128,7 +2128,7 @@ BEGIN
       AND (p_instance IS NULL OR m.instance IS NOT DISTINCT FROM p_instance)
       AND NOT EXISTS (SELECT FROM {schema}.leases l
                       WHERE l.group_name = p_group AND l.owner = p_member);
-    PERFORM pg_notify('postroom_groups', p_group);
+    PERFORM pg_notify('postroom_groups', '{schema}:' || p_group);
 
 END;
 
@@ -2174,7 +2174,7 @@ BEGIN
       AND l.partition = a.partition AND l.epoch = a.epoch;
     GET DIAGNOSTICS released = ROW_COUNT;
     IF released > 0 THEN
-        PERFORM pg_notify('postroom_groups', p_group);
+        PERFORM pg_notify('postroom_groups', '{schema}:' || p_group);
     END IF;
     RETURN released;
 
@@ -2484,7 +2484,7 @@ BEGIN
                         'one length, each count from 1 to 10000000'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM pg_notify('postroom', d.id::text)
+    PERFORM pg_notify('postroom', '{schema}:' || d.id::text)
     FROM (SELECT DISTINCT t AS id FROM unnest(topic_ids) AS t) AS d;
     RETURN QUERY
     WITH wanted AS (

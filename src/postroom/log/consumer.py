@@ -16,11 +16,11 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from .._acompat import sleep
+from .._acompat import Event
 from .._checks import check_int
 from .._db import Database
-from .._reconnect import RECONNECT_CAP
-from ..errors import Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
+from .._wakeups import LOG, Subscription
+from ..errors import ConsumerClosed, Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigners import GroupAssignment, ManualAssignment
 from .fetch import Fetcher
 from .membership import DEFAULT_MAX_POLL_INTERVAL
@@ -153,7 +153,8 @@ class Consumer:
                 db, topics_cache, self._state, self.group, topic_names, requested, auto_offset_reset
             )
         self._fetcher = Fetcher(db, self._state)
-        self._listener: psycopg.Connection[Any] | None = None
+        self._wakeups: Subscription | None = None  # on the client's one listener
+        self._woken = Event()
         self._ready = False
         self._closed = False
 
@@ -164,7 +165,7 @@ class Consumer:
             self._assignment.refresh()
             return
         if self._closed:
-            raise InvalidArgument("the consumer is closed")
+            raise ConsumerClosed("the consumer is closed: create a new one with client.consumer()")
         self._assignment.start()
         self._ready = True
         self._assignment.apply()
@@ -207,42 +208,30 @@ class Consumer:
     def _wait_for_wakeup(self, timeout: float) -> None:
         """Sleep until a publish to an assigned topic is notified, at most ``timeout`` s.
 
-        Notifications are hints: a lost one costs at most one poll interval. A broken
-        listening connection is reconnected on the next wait, and this wait sleeps instead.
+        Notifications are hints: a lost one costs at most one poll interval. They come from
+        the client's one listener (``_listener_async``), which reconnects by itself.
         """
-        wanted = {str(a.meta.id) for a in self._state.in_use()}
-        try:
-            if self._listener is None or self._listener.closed:
-                self._listener = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
-                self._listener.execute("LISTEN postroom")
-                return  # anything published before LISTEN is found by the next fetch
-            for notify in self._listener.notifies(timeout=timeout):
-                if notify.payload in wanted:
-                    return
-        except psycopg.OperationalError:
-            self._close_listener()
-            sleep(min(timeout, RECONNECT_CAP))  # the server may be back any moment
+        wanted = [str(a.meta.id) for a in self._state.in_use()]
+        if self._wakeups is None:
+            self._wakeups = self._db.wakeups.subscribe(LOG, self._woken_by, wanted)
+        else:
+            self._wakeups.want(wanted)
+        self._woken.wait_timeout(timeout)
+
+    def _woken_by(self, what: str | None) -> None:
+        self._woken.set()  # None: listening (again): anything may have been published
 
     def _forget_wakeups(self) -> None:
-        """Drop the notifications already received, without waiting: the fetch that follows
-        sees every message they announced (each was sent after its commit). Left queued, each
-        would wake the next wait at once for an empty fetch: at a commit per millisecond the
-        consumer then spent its time on empty fetches and fell behind (bench/RESULTS.md)."""
-        if self._listener is None or self._listener.closed:
-            return
-        try:
-            for _ in self._listener.notifies(timeout=0):
-                pass
-        except psycopg.OperationalError:
-            self._close_listener()  # the next wait reconnects
+        """Drop the wake-ups already received: the fetch that follows sees every message they
+        announced (each was sent after its commit). Left set, each would wake the next wait at
+        once for an empty fetch: at a commit per millisecond the consumer then spent its time
+        on empty fetches and fell behind (bench/RESULTS.md)."""
+        self._woken.clear()
 
     def _close_listener(self) -> None:
-        if self._listener is not None:
-            listener, self._listener = self._listener, None
-            try:
-                listener.close()
-            except psycopg.Error:
-                pass  # already broken
+        if self._wakeups is not None:
+            subscription, self._wakeups = self._wakeups, None
+            subscription.close()
 
     def commit(self, offsets: Mapping[TopicPartition, int] | Message | None = None) -> None:
         """Store the next offsets to read: the current positions (as Kafka: what ``poll()``
@@ -435,7 +424,7 @@ class Consumer:
         messages: list[Message] = []
         append, new, builder = messages.append, object.__new__, MessageBuilder
         message_class = Message
-        with gc_paused():  # as in the fetcher's
+        with gc_paused(self._db.options.pause_gc):  # as in the fetcher's
             rows = cur.fetchall()
             for topic_id, partition, offset, key, value, headers, created_at in rows:
                 message: Any = new(builder)

@@ -81,10 +81,10 @@ class Fetcher:
         # The cyclic GC paused while the rows are made and turned into messages (no
         # suspension inside: the result is here), and the rows freed before it resumes:
         # reading.gc_paused.
-        with gc_paused():
+        with gc_paused(self._db.options.pause_gc):
             rows = cur.fetchall()
         self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():
+        with gc_paused(self._db.options.pause_gc):
             self._state.buffer(rows, {a.key: a for a in assigned})
             del rows
 
@@ -136,7 +136,7 @@ class Fetcher:
         the work while one of them waits: this one for the server, that one for a commit)."""
         try:
             cur = self.execute(params, prefetch.sending)
-            with gc_paused():  # the rows are GC-tracked tuples (see fetch)
+            with gc_paused(self._db.options.pause_gc):  # the rows are GC-tracked tuples (see fetch)
                 prefetch.rows = cur.fetchall()
         except Exception:  # noqa: BLE001 - dropped: the fetch in poll() runs again and reports
             prefetch.rows = None
@@ -152,7 +152,7 @@ class Fetcher:
         if (prefetch.limit, prefetch.max_bytes) != (limit, max_bytes):
             return False
         self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():  # as in fetch
+        with gc_paused(self._db.options.pause_gc):  # as in fetch
             self._state.buffer(rows, prefetch.fetched, prefetch.starts)
             del rows
         return any(a.buffer for a in prefetch.fetched.values())

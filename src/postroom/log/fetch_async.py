@@ -79,10 +79,10 @@ class AsyncFetcher:
         # The cyclic GC paused while the rows are made and turned into messages (no
         # suspension inside: the result is here), and the rows freed before it resumes:
         # reading.gc_paused.
-        with gc_paused():
+        with gc_paused(self._db.options.pause_gc):
             rows = await cur.fetchall()
         await self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():
+        with gc_paused(self._db.options.pause_gc):
             self._state.buffer(rows, {a.key: a for a in assigned})
             del rows
 
@@ -138,7 +138,7 @@ class AsyncFetcher:
         the work while one of them waits: this one for the server, that one for a commit)."""
         try:
             cur = await self.execute(params, prefetch.sending)
-            with gc_paused():  # the rows are GC-tracked tuples (see fetch)
+            with gc_paused(self._db.options.pause_gc):  # the rows are GC-tracked tuples (see fetch)
                 prefetch.rows = await cur.fetchall()
         except Exception:  # noqa: BLE001 - dropped: the fetch in poll() runs again and reports
             prefetch.rows = None
@@ -154,7 +154,7 @@ class AsyncFetcher:
         if (prefetch.limit, prefetch.max_bytes) != (limit, max_bytes):
             return False
         await self._prefetch_after(rows, limit, max_bytes)
-        with gc_paused():  # as in fetch
+        with gc_paused(self._db.options.pause_gc):  # as in fetch
             self._state.buffer(rows, prefetch.fetched, prefetch.starts)
             del rows
         return any(a.buffer for a in prefetch.fetched.values())

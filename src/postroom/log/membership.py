@@ -32,7 +32,8 @@ from .._acompat import Event, gather, sleep, spawn
 from .._db import Database
 from .._dbshared import translate_errors
 from .._reconnect import reconnect_delay
-from .._retention import RetentionRunner, retention_interval
+from .._retention import RetentionRunner
+from .._wakeups import GROUPS, Subscription
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata import TopicCache
@@ -80,7 +81,8 @@ class Membership:
         self.metas: dict[int, TopicMeta] = {}
         self.version = 0
         self.generation_changes = 0
-        self._listener: psycopg.Connection[Any] | None = None
+        self._wakeups: Subscription | None = None  # on the client's one listener
+        self._announced = Event()
         self._conn: psycopg.Connection[Any] | None = None
         self._stop = Event()
         self._poke = Event()
@@ -136,7 +138,7 @@ class Membership:
             self._close_connection()
             raise
         self._task = spawn(self._run, name=f"postroom-member-{self.member_id}")
-        interval = retention_interval()
+        interval = self._db.options.retention_interval()
         if interval is not None and self._retention_task is None:
             runner = RetentionRunner(self._db, interval=interval, stopping=self._retention_stop)
             self._retention_task = spawn(runner.run, name=f"postroom-retention-{self.member_id}")
@@ -447,11 +449,12 @@ class Membership:
     # -- notifications ----------------------------------------------------------------------
 
     def _connect_listener(self) -> None:
-        try:
-            self._listener = psycopg.Connection.connect(self._db.conninfo, autocommit=True)
-            self._listener.execute("LISTEN postroom_groups")
-        except psycopg.OperationalError:
-            self._close_listener()  # the loop polls instead, and retries
+        if self._wakeups is None:  # the client's one listener (_listener_async)
+            self._wakeups = self._db.wakeups.subscribe(GROUPS, self._announce, [self.group])
+
+    def _announce(self, what: str | None) -> None:
+        if what is not None:  # None: listening (again); the heartbeat covers what was missed
+            self._announced.set()
 
     def _wait(self, timeout: float) -> None:
         """Until a change in this group is announced, a stop request, or ``timeout`` s."""
@@ -461,22 +464,13 @@ class Membership:
             if remaining <= 0 or self._poke.is_set():
                 self._poke.clear()
                 return
-            if self._listener is None or self._listener.closed:
+            if self._wakeups is None:
                 self._connect_listener()
-                if self._listener is None:
-                    sleep(min(remaining, WAIT_SLICE))
-                    continue
-            try:
-                for notify in self._listener.notifies(timeout=min(remaining, WAIT_SLICE)):
-                    if notify.payload == self.group:
-                        return
-            except psycopg.OperationalError:
-                self._close_listener()
+            if self._announced.wait_timeout(min(remaining, WAIT_SLICE)):
+                self._announced.clear()
+                return
 
     def _close_listener(self) -> None:
-        if self._listener is not None:
-            listener, self._listener = self._listener, None
-            try:
-                listener.close()
-            except psycopg.Error:
-                pass  # already broken
+        if self._wakeups is not None:
+            subscription, self._wakeups = self._wakeups, None
+            subscription.close()

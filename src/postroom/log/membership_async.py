@@ -30,7 +30,8 @@ from .._acompat import AEvent, agather, asleep, aspawn
 from .._db_async import AsyncDatabase
 from .._dbshared import translate_errors
 from .._reconnect import reconnect_delay
-from .._retention_async import AsyncRetentionRunner, retention_interval
+from .._retention_async import AsyncRetentionRunner
+from .._wakeups import GROUPS, Subscription
 from ..errors import InstanceFenced, PostroomError, TopicNotFound
 from .assignment import assign
 from .metadata_async import AsyncTopicCache
@@ -78,7 +79,8 @@ class AsyncMembership:
         self.metas: dict[int, TopicMeta] = {}
         self.version = 0
         self.generation_changes = 0
-        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._wakeups: Subscription | None = None  # on the client's one listener
+        self._announced = AEvent()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._stop = AEvent()
         self._poke = AEvent()
@@ -134,7 +136,7 @@ class AsyncMembership:
             await self._close_connection()
             raise
         self._task = aspawn(self._run, name=f"postroom-member-{self.member_id}")
-        interval = retention_interval()
+        interval = self._db.options.retention_interval()
         if interval is not None and self._retention_task is None:
             runner = AsyncRetentionRunner(
                 self._db, interval=interval, stopping=self._retention_stop
@@ -447,13 +449,12 @@ class AsyncMembership:
     # -- notifications ----------------------------------------------------------------------
 
     async def _connect_listener(self) -> None:
-        try:
-            self._listener = await psycopg.AsyncConnection.connect(
-                self._db.conninfo, autocommit=True
-            )
-            await self._listener.execute("LISTEN postroom_groups")
-        except psycopg.OperationalError:
-            await self._close_listener()  # the loop polls instead, and retries
+        if self._wakeups is None:  # the client's one listener (_listener_async)
+            self._wakeups = await self._db.wakeups.subscribe(GROUPS, self._announce, [self.group])
+
+    async def _announce(self, what: str | None) -> None:
+        if what is not None:  # None: listening (again); the heartbeat covers what was missed
+            self._announced.set()
 
     async def _wait(self, timeout: float) -> None:
         """Until a change in this group is announced, a stop request, or ``timeout`` s."""
@@ -463,22 +464,13 @@ class AsyncMembership:
             if remaining <= 0 or self._poke.is_set():
                 self._poke.clear()
                 return
-            if self._listener is None or self._listener.closed:
+            if self._wakeups is None:
                 await self._connect_listener()
-                if self._listener is None:
-                    await asleep(min(remaining, WAIT_SLICE))
-                    continue
-            try:
-                async for notify in self._listener.notifies(timeout=min(remaining, WAIT_SLICE)):
-                    if notify.payload == self.group:
-                        return
-            except psycopg.OperationalError:
-                await self._close_listener()
+            if await self._announced.wait_timeout(min(remaining, WAIT_SLICE)):
+                self._announced.clear()
+                return
 
     async def _close_listener(self) -> None:
-        if self._listener is not None:
-            listener, self._listener = self._listener, None
-            try:
-                await listener.close()
-            except psycopg.Error:
-                pass  # already broken
+        if self._wakeups is not None:
+            subscription, self._wakeups = self._wakeups, None
+            subscription.close()

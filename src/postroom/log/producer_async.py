@@ -365,8 +365,10 @@ class AsyncProducer:
                 records = [r for i, r in enumerate(records) if i not in refused]
                 indexes = [i for i in indexes if i not in refused]
             await self._append_isolating(records, indexes, sends)
-        except BaseException as exc:  # noqa: BLE001 - every waiting sender gets the error
+        except BaseException as exc:
             sends.fail(exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit, a cancellation: not the batch's to keep
 
     async def _append_isolating(
         self, records: list[Record], indexes: list[int], sends: ASends

@@ -1,35 +1,47 @@
 # Generated from src/postroom/queue/admin_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, and
-pausing queues. A base of ``Jobs``/``AsyncJobs``; the SQL is in ``_sql/queue.sql``."""
+"""Inspecting and administering jobs: get, list, retry, cancel, purge, stats, limits, pausing
+queues and waiting for results, over one database handle (the client's, or a worker's own:
+a worker's purges and limits run on its pool); ``AsyncJob`` is a handle on one job. The SQL
+is in ``_sql/queue.sql``."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from datetime import timedelta
+from typing import Any
 
-from .._checks import check_int
+from .._acompat import sleep
+from .._checks import check_seconds
 from .._db import Database
-from ..errors import InvalidArgument, JobNotFound, UniqueKeyTaken
+from ..errors import InvalidArgument, JobCancelled, JobFailed, JobNotFound, UniqueKeyTaken
 from .records import (
     JobInfo,
     JobStats,
     QueueCount,
+    check_job_id,
     check_kind,
+    check_limits,
+    check_purge_state,
     check_queue,
-    check_seconds,
+    check_row_limit,
     check_state,
 )
+from .serializer import Serializer, check_serializer
 
 
 class JobAdmin:
-    """The administration half of the queue operations on one postroom schema."""
+    """The job administration of one postroom schema, over ``db``; ``serializer`` decodes
+    results."""
 
-    db: Database
+    def __init__(self, db: Database, serializer: Serializer | None = None) -> None:
+        self.db = db
+        self.serializer = check_serializer(serializer)
 
     def get(self, job_id: int) -> JobInfo:
         with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("get_job"), {"id": _check_id(job_id)})
+            cur = conn.execute(self.db.q("get_job"), {"id": check_job_id(job_id)})
             row = cur.fetchone()
             if row is None:
                 raise JobNotFound(f"job {job_id} not found (never enqueued, not kept, or purged)")
@@ -48,14 +60,14 @@ class JobAdmin:
             "state": None if state is None else check_state(state),
             "kind": None if kind is None else check_kind(kind),
             "queue": None if queue is None else check_queue(queue),
-            "limit": _check_limit(limit),
+            "limit": check_row_limit(limit),
         }
         with self.db.connection() as conn:
             cur = conn.execute(self.db.q("list_jobs"), params)
             return [JobInfo(*row) for row in cur.fetchall()]
 
     def retry(self, job_id: int) -> None:
-        _check_id(job_id)
+        check_job_id(job_id)
         with self.db.connection() as conn:
             cur = conn.execute(self.db.q("job_state"), {"id": job_id})
             row = cur.fetchone()
@@ -85,7 +97,7 @@ class JobAdmin:
 
     def cancel(self, job_id: int) -> str:
         with self.db.connection() as conn:
-            cur = conn.execute(self.db.q("cancel_job"), {"id": _check_id(job_id)})
+            cur = conn.execute(self.db.q("cancel_job"), {"id": check_job_id(job_id)})
             row = cur.fetchone()
         if row is None or row[0] is None:
             raise JobNotFound(f"job {job_id} is not a live job: it finished, or never existed")
@@ -100,11 +112,7 @@ class JobAdmin:
     ) -> int:
         """Delete finished (done/cancelled) or failed jobs older than ``older_than``, in
         batches of ``batch`` rows, each its own transaction (short locks, bounded WAL)."""
-        if state not in ("done", "cancelled", "failed"):
-            raise InvalidArgument(
-                f"invalid state {state!r} to purge: done, cancelled or failed (live jobs are "
-                "cancelled, not purged)"
-            )
+        check_purge_state(state)
         seconds = check_seconds("older_than", older_than)
         with self.db.connection() as conn:
             cur = conn.execute(self.db.q("db_clock"))
@@ -114,7 +122,7 @@ class JobAdmin:
             "cutoff": row[0] - timedelta(seconds=seconds),
             "state": state,
             "kind": None if kind is None else check_kind(kind),
-            "batch": _check_limit(batch),
+            "batch": check_row_limit(batch),
         }
         query = self.db.q("purge_failed" if state == "failed" else "purge_finished")
         total = 0
@@ -163,16 +171,7 @@ class JobAdmin:
         burst: float | None,
     ) -> None:
         check_kind(name) if scope == "kind" else check_queue(name)
-        if max_concurrency is not None:
-            check_int("max_concurrency", max_concurrency, 1)
-        if rate_limit is not None:
-            rate_limit = check_seconds("rate_limit", rate_limit, allow_zero=False)
-        if burst is not None:
-            burst = check_seconds("burst", burst)
-            if burst < 1:
-                raise InvalidArgument(f"invalid burst {burst!r}: at least 1 job")
-        elif rate_limit is not None:
-            burst = max(1.0, rate_limit)
+        max_concurrency, rate_limit, burst = check_limits(max_concurrency, rate_limit, burst)
         with self.db.connection() as conn:
             if max_concurrency is None and rate_limit is None:
                 conn.execute(self.db.q("delete_limit"), {"scope": scope, "name": name})
@@ -193,10 +192,56 @@ class JobAdmin:
             cur = conn.execute(self.db.q("list_limits"))
             return [tuple(row) for row in cur.fetchall()]
 
+    def outcome(self, job_id: int, timeout: float | None) -> Any:
+        """Wait for the job to finish and return its result (see ``Job.result``)."""
+        deadline = None if timeout is None else time.monotonic() + check_seconds("timeout", timeout)
+        pause = 0.005
+        while True:
+            with self.db.connection() as conn:
+                cur = conn.execute(self.db.q("job_outcome"), {"id": job_id})
+                row = cur.fetchone()
+            if row is None:
+                raise JobNotFound(
+                    f"job {job_id} not found: never enqueued, purged, or finished with "
+                    "keep_finished=0 (results are kept only while finished jobs are)"
+                )
+            state, result, last_error = row
+            if state == "done":
+                return self.serializer.decode(result)
+            if state == "failed":
+                raise JobFailed(f"job {job_id} failed: {last_error}", job_id, last_error)
+            if state == "cancelled":
+                raise JobCancelled(f"job {job_id} was cancelled")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {state} after {timeout} s")
+            wait = pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic()))
+            sleep(wait)
+            pause = min(pause * 2, 0.25)
 
-def _check_id(job_id: object) -> int:
-    return check_int("job id", job_id, 1)
 
+class Job:
+    """A handle on an enqueued job: wait for its result, inspect or cancel it."""
 
-def _check_limit(limit: object) -> int:
-    return check_int("limit", limit, 1, 1_000_000)
+    def __init__(self, admin: JobAdmin, job_id: int, created: bool = True) -> None:
+        self._admin = admin
+        self.id = job_id
+        self.created = created
+        """False when enqueue found a ready or running job holding the unique key."""
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id}{'' if self.created else ' (existing)'}>"
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The job's return value (JSON-decoded) once it is done.
+
+        Waits up to ``timeout`` seconds (forever if None), then raises ``TimeoutError``.
+        Raises :class:`JobFailed` if it ended failed, :class:`JobCancelled` if cancelled, and
+        :class:`JobNotFound` if its finished row was not kept (``keep_finished``)."""
+        return self._admin.outcome(self.id, timeout)
+
+    def info(self) -> JobInfo:
+        return self._admin.get(self.id)
+
+    def cancel(self) -> str:
+        """Cancel the job; returns the state it had (see ``Client.cancel_job``)."""
+        return self._admin.cancel(self.id)

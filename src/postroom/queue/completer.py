@@ -17,10 +17,11 @@ import psycopg
 
 from .._acompat import Condition, sleep
 from .._db import Database
+from .._listener import send_wakeups
 from .._reconnect import reconnect_delay
+from .._wakeups import JOBS
 from .fetcher import Fetcher
 from .outcomes import HeldJobs, Outcome, OutcomeKind, int_array, token_array, unstorable
-from .records import notify_payload
 
 log = logging.getLogger("postroom.worker")
 
@@ -232,5 +233,4 @@ class Completer:
                     "reason": f"interrupted: worker {self._worker} shut down",
                 },
             )
-            payloads = sorted({notify_payload(self._db.schema, o.job.queue) for o in released})
-            conn.execute(self._db.q("notify_queues"), {"payloads": payloads})
+            send_wakeups(conn, self._db, JOBS, [o.job.queue for o in released])

@@ -15,10 +15,11 @@ import psycopg
 
 from .._acompat import ACondition, asleep
 from .._db_async import AsyncDatabase
+from .._listener_async import send_wakeups
 from .._reconnect import reconnect_delay
+from .._wakeups import JOBS
 from .fetcher_async import AsyncFetcher
 from .outcomes import HeldJobs, Outcome, OutcomeKind, int_array, token_array, unstorable
-from .records import notify_payload
 
 log = logging.getLogger("postroom.worker")
 
@@ -237,5 +238,4 @@ class AsyncCompleter:
                     "reason": f"interrupted: worker {self._worker} shut down",
                 },
             )
-            payloads = sorted({notify_payload(self._db.schema, o.job.queue) for o in released})
-            await conn.execute(self._db.q("notify_queues"), {"payloads": payloads})
+            await send_wakeups(conn, self._db, JOBS, [o.job.queue for o in released])

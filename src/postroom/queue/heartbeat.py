@@ -15,18 +15,19 @@ import logging
 import time
 from datetime import timedelta
 
-import psycopg
-
 from .._acompat import Event
 from .._db import Database
-from .._reconnect import reconnect_delay
+from .._periodic import Periodic
 from ..errors import JobInterrupted
 from .outcomes import Claimed, HeldJobs, token_array
 
 log = logging.getLogger("postroom.worker")
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
+    name = "heartbeat"
+    what = "heartbeat"
+
     def __init__(
         self,
         db: Database,
@@ -38,47 +39,38 @@ class Heartbeat:
         held: HeldJobs,
         stopping: Event,
     ) -> None:
-        self._db = db
+        self._now = Event()
+        # No jitter: a beat must come well within the lease, and beats of several workers
+        # in step cost nothing (each extends its own jobs).
+        super().__init__(
+            db, interval=interval, stopping=stopping, log=log, jitter=0, wake=self._now
+        )
         self._worker = worker
         self._lease = timedelta(seconds=lease)
-        self._interval = interval
         self._cancel_grace = cancel_grace
         self._held = held
-        self._stopping = stopping
-        self._now = Event()
 
     def beat_now(self) -> None:
         """Beat at once (a cancellation may be waiting), or wake up to stop."""
         self._now.set()
 
-    def run(self) -> None:
-        failures = 0  # in a row: the next beat comes sooner, to keep the leases across an outage
-        while not self._stopping.is_set():
-            self._now.wait_timeout(reconnect_delay(failures) if failures else self._interval)
-            self._now.clear()
-            held = self._held.snapshot()
-            if not held or self._stopping.is_set():
-                continue
-            sent = time.monotonic()
-            try:
-                with self._db.connection() as conn:
-                    cur = conn.execute(
-                        self._db.q("heartbeat_jobs"),
-                        {
-                            "worker": self._worker,
-                            "ids": [j.id for j in held],
-                            "tokens": token_array([j.token for j in held]),
-                            "lease": self._lease,
-                        },
-                    )
-                    alive = dict(cur.fetchall())
-            except psycopg.Error as exc:
-                failures += 1
-                if failures == 1:  # not twice a second while the server is down
-                    log.warning("heartbeat failed: %s", exc)
-                continue
-            failures = 0
-            self._apply(held, alive, sent + self._lease.total_seconds())
+    def tick(self) -> None:
+        held = self._held.snapshot()
+        if not held:
+            return
+        sent = time.monotonic()
+        with self._db.connection() as conn:
+            cur = conn.execute(
+                self._db.q("heartbeat_jobs"),
+                {
+                    "worker": self._worker,
+                    "ids": [j.id for j in held],
+                    "tokens": token_array([j.token for j in held]),
+                    "lease": self._lease,
+                },
+            )
+            alive = dict(cur.fetchall())
+        self._apply(held, alive, sent + self._lease.total_seconds())
 
     def _apply(self, held: list[Claimed], alive: dict[int, bool], deadline: float) -> None:
         """What a beat learnt: the leases extended (to ``deadline``), lost or cancelled."""

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from .._checks import check_int, check_text
+from .._checks import MAX_SECONDS, check_int, check_seconds, check_text
 from ..errors import InvalidArgument, InvalidName, InvalidType
 from .backoff import Backoff
 from .context import JobContext
@@ -26,8 +25,6 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 25
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_UNIQUE_KEY = 1000
-MAX_SECONDS = 100 * 365.25 * 86400
-"""The longest duration (delay, timeout, ...) accepted: 100 years."""
 
 
 def check_queue(queue: object) -> str:
@@ -74,25 +71,38 @@ def check_max_attempts(max_attempts: object) -> int:
     return check_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS_LIMIT)
 
 
-def check_seconds(what: str, value: object, *, allow_zero: bool = True) -> float:
-    """A duration given as seconds or a timedelta, as float seconds; never negative."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidArgument(f"invalid {what} {value!r}: pass seconds (a number) or a timedelta")
-    if (
-        not math.isfinite(seconds)
-        or not 0 <= seconds <= MAX_SECONDS
-        or (seconds == 0 and not allow_zero)
-    ):
-        bound = ">= 0" if allow_zero else "> 0"
+def check_job_id(job_id: object) -> int:
+    return check_int("job id", job_id, 1)
+
+
+def check_row_limit(limit: object) -> int:
+    """How many rows a listing returns or a batch deletes."""
+    return check_int("limit", limit, 1, 1_000_000)
+
+
+def check_purge_state(state: object) -> str:
+    if state not in ("done", "cancelled", "failed"):
         raise InvalidArgument(
-            f"invalid {what} {value!r}: must be {bound} and at most {MAX_SECONDS:.0f} seconds "
-            "(100 years)"
+            f"invalid state {state!r} to purge: done, cancelled or failed (live jobs are "
+            "cancelled, not purged)"
         )
-    return seconds
+    return str(state)
+
+
+def check_limits(
+    max_concurrency: object, rate_limit: object, burst: object
+) -> tuple[int | None, float | None, float | None]:
+    """``set_job_limit``'s arguments checked: at least one running job, a rate in jobs per
+    second above 0, a burst of at least one job (default: one second's worth, at least 1)."""
+    running = None if max_concurrency is None else check_int("max_concurrency", max_concurrency, 1)
+    rate = None if rate_limit is None else check_seconds("rate_limit", rate_limit, allow_zero=False)
+    if burst is not None:
+        bucket: float | None = check_seconds("burst", burst)
+        if bucket is not None and bucket < 1:
+            raise InvalidArgument(f"invalid burst {burst!r}: at least 1 job")
+    else:
+        bucket = None if rate is None else max(1.0, rate)
+    return running, rate, bucket
 
 
 def check_unique_key(key: object, what: str = "unique_key") -> str | None:
@@ -338,8 +348,3 @@ class Enqueued:
 
     id: int
     created: bool
-
-
-def notify_payload(schema: str, queue: str) -> str:
-    """The wake-up payload for ``queue`` (the quoted schema, as the SQL functions write it)."""
-    return f'"{schema}":{queue}'

@@ -1,21 +1,21 @@
 # Generated from src/postroom/queue/rescuer_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""The rescuer: returns jobs whose lease expired (their worker died) and purges old finished
-jobs. Any worker runs it; FOR UPDATE SKIP LOCKED lets several run at once without waiting."""
+"""The queue's maintenance units: the rescuer returns jobs whose lease expired (their worker
+died), the purger deletes old finished jobs, the kind watch warns about jobs no worker
+registers. Any worker runs them; FOR UPDATE SKIP LOCKED lets several run at once without
+waiting."""
 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from datetime import timedelta
-
-import psycopg
 
 from .._acompat import Event
 from .._db import Database
+from .._periodic import Periodic
+from .admin import JobAdmin
 from .fetcher import Fetcher
-from .jobs import Jobs
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
@@ -24,50 +24,19 @@ PURGE_INTERVAL = 60.0
 CHECK_INTERVAL = 60.0
 
 
-class Rescuer:
+class Rescuer(Periodic):
     """Every ``interval`` seconds (jittered) returns expired leases in batches of
-    ``RESCUE_BATCH``; every ``PURGE_INTERVAL`` seconds deletes done and cancelled jobs older
-    than ``keep_finished`` (when > 0; 0 deletes them at completion)."""
+    ``RESCUE_BATCH`` and wakes the fetcher for them."""
 
-    def __init__(
-        self,
-        db: Database,
-        jobs: Jobs,
-        *,
-        interval: float,
-        keep_finished: float,
-        fetcher: Fetcher,
-        stopping: Event,
-        warn_after: float | None = None,
-    ) -> None:
-        self._db = db
-        self._jobs = jobs
-        self._interval = interval
-        self._keep_finished = keep_finished
+    name = "rescuer"
+    what = "rescuing expired jobs"
+
+    def __init__(self, db: Database, *, interval: float, fetcher: Fetcher, stopping: Event) -> None:
+        super().__init__(db, interval=interval, stopping=stopping, log=log)
         self._fetcher = fetcher
-        self._stopping = stopping
-        self._warn_after = warn_after
-        self._warned: set[tuple[str, str]] = set()
 
-    def run(self) -> None:
-        next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
-        check_interval = min(CHECK_INTERVAL, self._warn_after or CHECK_INTERVAL)
-        next_check = time.monotonic() + check_interval / 2
-        while not self._stopping.is_set():
-            self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
-            if self._stopping.is_set():
-                return
-            try:
-                self.rescue()
-                if self._keep_finished > 0 and time.monotonic() >= next_purge:
-                    next_purge = time.monotonic() + PURGE_INTERVAL
-                    self._jobs.purge("done", self._keep_finished)
-                    self._jobs.purge("cancelled", self._keep_finished)
-                if self._warn_after is not None and time.monotonic() >= next_check:
-                    next_check = time.monotonic() + check_interval
-                    self.warn_unregistered()
-            except psycopg.Error as exc:
-                log.warning("queue maintenance failed: %s", exc)
+    def tick(self) -> None:
+        self.rescue()
 
     def rescue(self) -> int:
         """Return every expired lease now; how many jobs came back."""
@@ -85,16 +54,60 @@ class Rescuer:
             self._fetcher.wake()
         return total
 
+
+class Purger(Periodic):
+    """Every ``PURGE_INTERVAL`` seconds (jittered) deletes done and cancelled jobs older than
+    ``keep_finished`` (a worker with ``keep_finished=0`` deletes them at completion and runs
+    no purger)."""
+
+    name = "purger"
+    what = "purging finished jobs"
+
+    def __init__(
+        self, db: Database, admin: JobAdmin, *, keep_finished: float, stopping: Event
+    ) -> None:
+        super().__init__(db, interval=PURGE_INTERVAL, stopping=stopping, log=log)
+        self._admin = admin
+        self._keep_finished = keep_finished
+
+    def tick(self) -> None:
+        self._admin.purge("done", self._keep_finished)
+        self._admin.purge("cancelled", self._keep_finished)
+
+
+class KindWatch(Periodic):
+    """Warns (once per kind) about jobs due for longer than ``warn_after`` seconds whose kind
+    this worker does not register: no worker may be running for them."""
+
+    name = "kind-watch"
+    what = "looking for jobs of unregistered kinds"
+
+    def __init__(
+        self,
+        db: Database,
+        registry: JobRegistry,
+        *,
+        warn_after: float,
+        stopping: Event,
+    ) -> None:
+        interval = min(CHECK_INTERVAL, warn_after) if warn_after > 0 else CHECK_INTERVAL
+        super().__init__(db, interval=interval, stopping=stopping, log=log)
+        self._registry = registry
+        self._warn_after = warn_after
+        self._warned: set[tuple[str, str]] = set()
+
+    def tick(self) -> None:
+        self.warn_unregistered()
+
     def warn_unregistered(self) -> None:
         """Warn (once per kind) about jobs due for longer than ``warn_after`` seconds whose
         kind this worker does not register: no worker may be running for them."""
-        assert self._warn_after is not None
         with self._db.connection() as conn:
             cur = conn.execute(
                 self._db.q("waiting_unregistered_kinds"),
                 {
                     "threshold": timedelta(seconds=self._warn_after),
-                    "kinds": sorted(self._jobs.definitions),
+                    "kinds": sorted(self._registry.definitions),
                 },
             )
             rows = cur.fetchall()

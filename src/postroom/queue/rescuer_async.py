@@ -1,19 +1,19 @@
-"""The rescuer: returns jobs whose lease expired (their worker died) and purges old finished
-jobs. Any worker runs it; FOR UPDATE SKIP LOCKED lets several run at once without waiting."""
+"""The queue's maintenance units: the rescuer returns jobs whose lease expired (their worker
+died), the purger deletes old finished jobs, the kind watch warns about jobs no worker
+registers. Any worker runs them; FOR UPDATE SKIP LOCKED lets several run at once without
+waiting."""
 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from datetime import timedelta
-
-import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
+from .._periodic_async import AsyncPeriodic
+from .admin_async import AsyncJobAdmin
 from .fetcher_async import AsyncFetcher
-from .jobs_async import AsyncJobs
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
@@ -22,50 +22,21 @@ PURGE_INTERVAL = 60.0
 CHECK_INTERVAL = 60.0
 
 
-class AsyncRescuer:
+class AsyncRescuer(AsyncPeriodic):
     """Every ``interval`` seconds (jittered) returns expired leases in batches of
-    ``RESCUE_BATCH``; every ``PURGE_INTERVAL`` seconds deletes done and cancelled jobs older
-    than ``keep_finished`` (when > 0; 0 deletes them at completion)."""
+    ``RESCUE_BATCH`` and wakes the fetcher for them."""
+
+    name = "rescuer"
+    what = "rescuing expired jobs"
 
     def __init__(
-        self,
-        db: AsyncDatabase,
-        jobs: AsyncJobs,
-        *,
-        interval: float,
-        keep_finished: float,
-        fetcher: AsyncFetcher,
-        stopping: AEvent,
-        warn_after: float | None = None,
+        self, db: AsyncDatabase, *, interval: float, fetcher: AsyncFetcher, stopping: AEvent
     ) -> None:
-        self._db = db
-        self._jobs = jobs
-        self._interval = interval
-        self._keep_finished = keep_finished
+        super().__init__(db, interval=interval, stopping=stopping, log=log)
         self._fetcher = fetcher
-        self._stopping = stopping
-        self._warn_after = warn_after
-        self._warned: set[tuple[str, str]] = set()
 
-    async def run(self) -> None:
-        next_purge = time.monotonic() + PURGE_INTERVAL * random.random()
-        check_interval = min(CHECK_INTERVAL, self._warn_after or CHECK_INTERVAL)
-        next_check = time.monotonic() + check_interval / 2
-        while not self._stopping.is_set():
-            await self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
-            if self._stopping.is_set():
-                return
-            try:
-                await self.rescue()
-                if self._keep_finished > 0 and time.monotonic() >= next_purge:
-                    next_purge = time.monotonic() + PURGE_INTERVAL
-                    await self._jobs.purge("done", self._keep_finished)
-                    await self._jobs.purge("cancelled", self._keep_finished)
-                if self._warn_after is not None and time.monotonic() >= next_check:
-                    next_check = time.monotonic() + check_interval
-                    await self.warn_unregistered()
-            except psycopg.Error as exc:
-                log.warning("queue maintenance failed: %s", exc)
+    async def tick(self) -> None:
+        await self.rescue()
 
     async def rescue(self) -> int:
         """Return every expired lease now; how many jobs came back."""
@@ -83,16 +54,60 @@ class AsyncRescuer:
             await self._fetcher.wake()
         return total
 
+
+class AsyncPurger(AsyncPeriodic):
+    """Every ``PURGE_INTERVAL`` seconds (jittered) deletes done and cancelled jobs older than
+    ``keep_finished`` (a worker with ``keep_finished=0`` deletes them at completion and runs
+    no purger)."""
+
+    name = "purger"
+    what = "purging finished jobs"
+
+    def __init__(
+        self, db: AsyncDatabase, admin: AsyncJobAdmin, *, keep_finished: float, stopping: AEvent
+    ) -> None:
+        super().__init__(db, interval=PURGE_INTERVAL, stopping=stopping, log=log)
+        self._admin = admin
+        self._keep_finished = keep_finished
+
+    async def tick(self) -> None:
+        await self._admin.purge("done", self._keep_finished)
+        await self._admin.purge("cancelled", self._keep_finished)
+
+
+class AsyncKindWatch(AsyncPeriodic):
+    """Warns (once per kind) about jobs due for longer than ``warn_after`` seconds whose kind
+    this worker does not register: no worker may be running for them."""
+
+    name = "kind-watch"
+    what = "looking for jobs of unregistered kinds"
+
+    def __init__(
+        self,
+        db: AsyncDatabase,
+        registry: JobRegistry,
+        *,
+        warn_after: float,
+        stopping: AEvent,
+    ) -> None:
+        interval = min(CHECK_INTERVAL, warn_after) if warn_after > 0 else CHECK_INTERVAL
+        super().__init__(db, interval=interval, stopping=stopping, log=log)
+        self._registry = registry
+        self._warn_after = warn_after
+        self._warned: set[tuple[str, str]] = set()
+
+    async def tick(self) -> None:
+        await self.warn_unregistered()
+
     async def warn_unregistered(self) -> None:
         """Warn (once per kind) about jobs due for longer than ``warn_after`` seconds whose
         kind this worker does not register: no worker may be running for them."""
-        assert self._warn_after is not None
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 self._db.q("waiting_unregistered_kinds"),
                 {
                     "threshold": timedelta(seconds=self._warn_after),
-                    "kinds": sorted(self._jobs.definitions),
+                    "kinds": sorted(self._registry.definitions),
                 },
             )
             rows = await cur.fetchall()

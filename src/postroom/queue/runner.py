@@ -24,7 +24,7 @@ from ..errors import Cancel, JobInterrupted, Snooze
 from .backoff import Backoff
 from .context import JobContext
 from .execution import JobExit, PreparedKind, prepare
-from .jobs import Jobs
+from .hooks import Hooks
 from .outcomes import (
     MAX_ERROR_CHARS,
     Claimed,
@@ -38,15 +38,23 @@ from .outcomes import (
     success,
 )
 from .records import JobDefinition
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
 
 class Runner:
     def __init__(
-        self, jobs: Jobs, *, worker: str, threads: SyncJobThreads, stop: Callable[[], None]
+        self,
+        registry: JobRegistry,
+        hooks: Hooks,
+        *,
+        worker: str,
+        threads: SyncJobThreads,
+        stop: Callable[[], None],
     ) -> None:
-        self._jobs = jobs
+        self._registry = registry
+        self._hooks = hooks
         self._worker = worker
         self._threads = threads
         self._stop = stop
@@ -57,10 +65,10 @@ class Runner:
     def _prepared(self, kind: str) -> PreparedKind | None:
         prepared = self._kinds.get(kind)
         if prepared is None:
-            definition = self._jobs.definitions.get(kind)
+            definition = self._registry.definitions.get(kind)
             if definition is None:
                 return None
-            prepared = prepare(definition, self._jobs.hooks.execution)
+            prepared = prepare(definition, self._hooks.execution)
             self._kinds[kind] = prepared
         return prepared
 
@@ -70,7 +78,7 @@ class Runner:
         if job.interrupt_kind == "cancel":
             return Outcome(job, "cancelled")
         if prepared is None:
-            known = ", ".join(sorted(self._jobs.definitions)) or "none"
+            known = ", ".join(sorted(self._registry.definitions)) or "none"
             return failure(
                 job,
                 f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
@@ -80,7 +88,7 @@ class Runner:
             )
         definition = prepared.definition
         try:
-            args = self._jobs.serializer.loads(job.args)
+            args = self._registry.serializer.loads(job.args)
         except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
             return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
         timeout = definition.timeout
@@ -128,7 +136,7 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
             final = not retryable(exc, definition.retry_on, definition.no_retry_on)
             return failure(job, format_error(exc), definition.backoff, final=final)
-        return success(job, value, self._jobs.serializer)
+        return success(job, value, self._registry.serializer)
 
     def _context(self, job: Claimed, args: dict[str, Any], timeout: float | None) -> JobContext:
         return JobContext(

@@ -22,7 +22,7 @@ from ..errors import Cancel, JobInterrupted, Snooze
 from .backoff import Backoff
 from .context import JobContext
 from .execution import JobExit, PreparedKind, prepare
-from .jobs_async import AsyncJobs
+from .hooks_async import AsyncHooks
 from .outcomes import (
     MAX_ERROR_CHARS,
     Claimed,
@@ -36,15 +36,23 @@ from .outcomes import (
     success,
 )
 from .records import JobDefinition
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
 
 class AsyncRunner:
     def __init__(
-        self, jobs: AsyncJobs, *, worker: str, threads: JobThreads, stop: Callable[[], None]
+        self,
+        registry: JobRegistry,
+        hooks: AsyncHooks,
+        *,
+        worker: str,
+        threads: JobThreads,
+        stop: Callable[[], None],
     ) -> None:
-        self._jobs = jobs
+        self._registry = registry
+        self._hooks = hooks
         self._worker = worker
         self._threads = threads
         self._stop = stop
@@ -55,10 +63,10 @@ class AsyncRunner:
     def _prepared(self, kind: str) -> PreparedKind | None:
         prepared = self._kinds.get(kind)
         if prepared is None:
-            definition = self._jobs.definitions.get(kind)
+            definition = self._registry.definitions.get(kind)
             if definition is None:
                 return None
-            prepared = prepare(definition, self._jobs.hooks.execution)
+            prepared = prepare(definition, self._hooks.execution)
             self._kinds[kind] = prepared
         return prepared
 
@@ -68,7 +76,7 @@ class AsyncRunner:
         if job.interrupt_kind == "cancel":
             return Outcome(job, "cancelled")
         if prepared is None:
-            known = ", ".join(sorted(self._jobs.definitions)) or "none"
+            known = ", ".join(sorted(self._registry.definitions)) or "none"
             return failure(
                 job,
                 f"UnknownJobKind: no function is registered for job kind {job.kind!r} in "
@@ -78,7 +86,7 @@ class AsyncRunner:
             )
         definition = prepared.definition
         try:
-            args = self._jobs.serializer.loads(job.args)
+            args = self._registry.serializer.loads(job.args)
         except Exception as exc:  # noqa: BLE001 - a stored value the serializer refuses
             return failure(job, f"cannot decode args: {format_error(exc)}", definition.backoff)
         timeout = definition.timeout
@@ -126,7 +134,7 @@ class AsyncRunner:
         except Exception as exc:  # noqa: BLE001 - any error of the job is its failure
             final = not retryable(exc, definition.retry_on, definition.no_retry_on)
             return failure(job, format_error(exc), definition.backoff, final=final)
-        return success(job, value, self._jobs.serializer)
+        return success(job, value, self._registry.serializer)
 
     def _context(self, job: Claimed, args: dict[str, Any], timeout: float | None) -> JobContext:
         return JobContext(

@@ -11,23 +11,28 @@ import psycopg
 
 from .._acompat import Event
 from .._db import Database
-from .jobs import Jobs
-from .records import notify_payload
+from .._listener import send_wakeups
+from .._periodic import Periodic
+from .._wakeups import JOBS
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
 
-class Scheduler:
+class Scheduler(Periodic):
     """Enqueues each due tick once, however many workers run it: the schedule row is locked
     (SKIP LOCKED, so other workers pass over it) and moved to its next tick in the same
     transaction as the job insert. Ticks missed while no worker ran are enqueued once, not
     once per tick."""
 
-    def __init__(self, db: Database, jobs: Jobs, *, stopping: Event) -> None:
-        self._db = db
-        self._jobs = jobs
-        self._stopping = stopping
-        self._names = sorted(jobs.schedules)
+    name = "scheduler"
+    what = "enqueueing periodic jobs"
+
+    def __init__(self, db: Database, registry: JobRegistry, *, stopping: Event) -> None:
+        # Awake at least every second, and at the next tick (no jitter: ticks are on time).
+        super().__init__(db, interval=1.0, stopping=stopping, log=log, jitter=0, immediately=True)
+        self._registry = registry
+        self._names = sorted(registry.schedules)
 
     def register(self) -> None:
         """Store the registered schedules (new ones start at their next tick)."""
@@ -36,7 +41,7 @@ class Scheduler:
             row = cur.fetchone()
             assert row is not None
             now = row[0]
-            for schedule in self._jobs.schedules.values():
+            for schedule in self._registry.schedules.values():
                 conn.execute(
                     self._db.q("upsert_schedule"),
                     {
@@ -51,20 +56,16 @@ class Scheduler:
                     },
                 )
 
-    def run(self) -> None:
-        while not self._stopping.is_set():
-            wait = 1.0
-            try:
-                with self._db.connection() as conn:
-                    with conn.transaction():
-                        self._enqueue_due_ticks(conn)
-                    cur = conn.execute(self._db.q("next_schedule_at"), {"names": self._names})
-                    row = cur.fetchone()
-                if row is not None and row[0] is not None:
-                    wait = min(wait, max(row[0].total_seconds(), 0.0))
-            except psycopg.Error as exc:
-                log.warning("enqueueing periodic jobs failed: %s", exc)
-            self._stopping.wait_timeout(wait + 0.002)
+    def tick(self) -> float:
+        wait = 1.0
+        with self._db.connection() as conn:
+            with conn.transaction():
+                self._enqueue_due_ticks(conn)
+            cur = conn.execute(self._db.q("next_schedule_at"), {"names": self._names})
+            row = cur.fetchone()
+        if row is not None and row[0] is not None:
+            wait = min(wait, max(row[0].total_seconds(), 0.0))
+        return wait + 0.002
 
     def _enqueue_due_ticks(self, conn: psycopg.Connection[Any]) -> None:
         cur = conn.execute(self._db.q("due_schedules"), {"names": self._names})
@@ -79,7 +80,7 @@ class Scheduler:
             tick,
             now,
         ) in cur.fetchall():
-            schedule = self._jobs.schedules[name]
+            schedule = self._registry.schedules[name]
             conn.execute(
                 self._db.q("enqueue_unique_jobs"),
                 {
@@ -97,6 +98,4 @@ class Scheduler:
                 self._db.q("advance_schedule"),
                 {"name": name, "next_run_at": schedule.cron.next_after(now), "last_run_at": tick},
             )
-            conn.execute(
-                self._db.q("notify_queues"), {"payloads": [notify_payload(self._db.schema, queue)]}
-            )
+            send_wakeups(conn, self._db, JOBS, [queue])

@@ -9,23 +9,28 @@ import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
-from .jobs_async import AsyncJobs
-from .records import notify_payload
+from .._listener_async import send_wakeups
+from .._periodic_async import AsyncPeriodic
+from .._wakeups import JOBS
+from .registry import JobRegistry
 
 log = logging.getLogger("postroom.worker")
 
 
-class AsyncScheduler:
+class AsyncScheduler(AsyncPeriodic):
     """Enqueues each due tick once, however many workers run it: the schedule row is locked
     (SKIP LOCKED, so other workers pass over it) and moved to its next tick in the same
     transaction as the job insert. Ticks missed while no worker ran are enqueued once, not
     once per tick."""
 
-    def __init__(self, db: AsyncDatabase, jobs: AsyncJobs, *, stopping: AEvent) -> None:
-        self._db = db
-        self._jobs = jobs
-        self._stopping = stopping
-        self._names = sorted(jobs.schedules)
+    name = "scheduler"
+    what = "enqueueing periodic jobs"
+
+    def __init__(self, db: AsyncDatabase, registry: JobRegistry, *, stopping: AEvent) -> None:
+        # Awake at least every second, and at the next tick (no jitter: ticks are on time).
+        super().__init__(db, interval=1.0, stopping=stopping, log=log, jitter=0, immediately=True)
+        self._registry = registry
+        self._names = sorted(registry.schedules)
 
     async def register(self) -> None:
         """Store the registered schedules (new ones start at their next tick)."""
@@ -34,7 +39,7 @@ class AsyncScheduler:
             row = await cur.fetchone()
             assert row is not None
             now = row[0]
-            for schedule in self._jobs.schedules.values():
+            for schedule in self._registry.schedules.values():
                 await conn.execute(
                     self._db.q("upsert_schedule"),
                     {
@@ -49,20 +54,16 @@ class AsyncScheduler:
                     },
                 )
 
-    async def run(self) -> None:
-        while not self._stopping.is_set():
-            wait = 1.0
-            try:
-                async with self._db.connection() as conn:
-                    async with conn.transaction():
-                        await self._enqueue_due_ticks(conn)
-                    cur = await conn.execute(self._db.q("next_schedule_at"), {"names": self._names})
-                    row = await cur.fetchone()
-                if row is not None and row[0] is not None:
-                    wait = min(wait, max(row[0].total_seconds(), 0.0))
-            except psycopg.Error as exc:
-                log.warning("enqueueing periodic jobs failed: %s", exc)
-            await self._stopping.wait_timeout(wait + 0.002)
+    async def tick(self) -> float:
+        wait = 1.0
+        async with self._db.connection() as conn:
+            async with conn.transaction():
+                await self._enqueue_due_ticks(conn)
+            cur = await conn.execute(self._db.q("next_schedule_at"), {"names": self._names})
+            row = await cur.fetchone()
+        if row is not None and row[0] is not None:
+            wait = min(wait, max(row[0].total_seconds(), 0.0))
+        return wait + 0.002
 
     async def _enqueue_due_ticks(self, conn: psycopg.AsyncConnection[Any]) -> None:
         cur = await conn.execute(self._db.q("due_schedules"), {"names": self._names})
@@ -77,7 +78,7 @@ class AsyncScheduler:
             tick,
             now,
         ) in await cur.fetchall():
-            schedule = self._jobs.schedules[name]
+            schedule = self._registry.schedules[name]
             await conn.execute(
                 self._db.q("enqueue_unique_jobs"),
                 {
@@ -95,6 +96,4 @@ class AsyncScheduler:
                 self._db.q("advance_schedule"),
                 {"name": name, "next_run_at": schedule.cron.next_after(now), "last_run_at": tick},
             )
-            await conn.execute(
-                self._db.q("notify_queues"), {"payloads": [notify_payload(self._db.schema, queue)]}
-            )
+            await send_wakeups(conn, self._db, JOBS, [queue])

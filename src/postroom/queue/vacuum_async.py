@@ -11,17 +11,17 @@ few live ones); VACUUM takes a lock that lets claims and writes go on.
 from __future__ import annotations
 
 import logging
-import random
 
 import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
+from .._maintenance import SMALL_VACUUM_MIN_DEAD as SMALL_VACUUM_MIN_DEAD
+from .._maintenance import needs_vacuum as needs_vacuum
+from .._periodic_async import AsyncPeriodic
 
 log = logging.getLogger("postroom.worker")
 
-VACUUM_MIN_DEAD = 10_000
-SMALL_VACUUM_MIN_DEAD = 1_000
 VACUUMS = {
     "jobs": "vacuum_jobs",
     "finished_jobs": "vacuum_finished_jobs",
@@ -34,40 +34,31 @@ VACUUMS = {
 """The named VACUUM of each queue table."""
 
 
-def needs_vacuum(table: str, dead: int, live: int) -> bool:
-    """Whether ``table``'s dead rows call for a VACUUM (sans-IO, for the vacuum units)."""
-    least = VACUUM_MIN_DEAD if table in ("jobs", "finished_jobs") else SMALL_VACUUM_MIN_DEAD
-    return dead > least and dead > live / 5
+class AsyncVacuum(AsyncPeriodic):
+    """Every ``interval`` seconds (jittered) vacuums the queue tables whose dead rows call for
+    it; a role that does not own them leaves it to autovacuum."""
 
+    name = "vacuum"
+    what = "vacuuming the queue tables"
 
-class AsyncVacuum:
     def __init__(self, db: AsyncDatabase, *, interval: float, stopping: AEvent) -> None:
-        self._db = db
-        self._interval = interval
-        self._stopping = stopping
+        super().__init__(db, interval=interval, stopping=stopping, log=log)
 
-    async def run(self) -> None:
+    async def prepare(self) -> bool:
         try:
             async with self._db.connection() as conn:
                 cur = await conn.execute(self._db.q("may_vacuum_jobs"))
                 row = await cur.fetchone()
         except psycopg.Error as exc:
             log.warning("cannot check who may vacuum the queue tables: %s", exc)
-            return
+            return False
         if not (row and row[0]):
             log.info("this role does not own the queue tables: vacuum is left to autovacuum")
-            return
-        while not self._stopping.is_set():
-            await self._stopping.wait_timeout(self._interval * (0.8 + 0.4 * random.random()))
-            if self._stopping.is_set():
-                return
-            try:
-                await self.vacuum_if_needed()
-            except psycopg.errors.InsufficientPrivilege as exc:
-                log.warning("cannot vacuum the queue tables (%s); leaving it to autovacuum", exc)
-                return
-            except psycopg.Error as exc:
-                log.warning("vacuuming the queue tables failed: %s", exc)
+            return False
+        return True
+
+    async def tick(self) -> None:
+        await self.vacuum_if_needed()
 
     async def vacuum_if_needed(self) -> list[str]:
         """Vacuums the queue tables whose dead rows call for it; returns their names (none if

@@ -8,13 +8,17 @@ owner of its state, all on the worker's own small pool:
 - the fetcher (``fetcher_async``) claims batches for idle slots (``claim_jobs``: one statement,
   FOR UPDATE SKIP LOCKED) and commits before any job starts: no transaction is open while a
   job runs.
-- the listener (``listener_async``, LISTEN postroom_jobs) wakes the fetcher when jobs arrive;
-  without it, or when a notification is lost, the fetcher polls every ``poll_interval`` seconds.
+- the listener (``listener_async``, subscribed to the client's one LISTEN connection) wakes
+  the fetcher when jobs arrive; without it, or when a notification is lost, the fetcher polls
+  every ``poll_interval`` seconds.
 - the completer (``completer_async``) writes finished jobs back, batching whatever finished
   while its last write ran.
 - the heartbeat (``heartbeat_async``) extends the leases of the jobs the worker holds and
-  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired
-  and purges old finished jobs; the vacuum (``vacuum_async``) keeps the queue tables lean.
+  learns about cancellations; the rescuer (``rescuer_async``) returns jobs whose lease expired,
+  the purger deletes old finished jobs, the kind watch warns about jobs nobody registers; the
+  vacuum (``vacuum_async``) keeps the queue tables lean. Each periodic unit is an
+  ``AsyncPeriodic`` (``_periodic_async``: one interval, jitter and error policy); the worker
+  starts no log maintenance (group members run the log's retention).
 - the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
 """
 
@@ -40,24 +44,28 @@ from .._acompat import (
     aspawn,
     install_stop_handler,
 )
+from .._checks import check_int, check_interval, check_seconds
 from .._db_async import AsyncDatabase, AsyncReconnectingPool, check_pooled
-from .._retention_async import AsyncRetentionRunner, retention_interval
+from .._periodic_async import AsyncPeriodic
 from ..errors import (
     InvalidArgument,
     JobInterrupted,
     PermissionDenied,
     SchemaNotReady,
+    WorkerAlreadyRun,
     WorkerCrashed,
 )
 from . import joblog
+from .admin_async import AsyncJobAdmin
 from .completer_async import AsyncCompleter
 from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher
 from .heartbeat_async import AsyncHeartbeat
-from .jobs_async import AsyncJobs
+from .hooks_async import AsyncHooks
 from .listener_async import AsyncListener
 from .outcomes import Claimed, HeldJobs, Outcome
-from .records import check_queues, check_seconds
-from .rescuer_async import AsyncRescuer
+from .records import check_queues
+from .registry import JobRegistry
+from .rescuer_async import AsyncKindWatch, AsyncPurger, AsyncRescuer
 from .runner_async import AsyncRunner
 from .scheduler_async import AsyncScheduler
 from .vacuum_async import AsyncVacuum
@@ -99,7 +107,9 @@ class AsyncWorker:
 
     def __init__(
         self,
-        jobs: AsyncJobs,
+        db: AsyncDatabase,
+        registry: JobRegistry,
+        hooks: AsyncHooks,
         queues: list[str] | None = None,
         *,
         concurrency: int = 10,
@@ -116,10 +126,11 @@ class AsyncWorker:
         warn_unregistered_after: float | timedelta | None = 300.0,
         name: str | None = None,
     ) -> None:
-        self._jobs = jobs
+        self._client_db = db  # its conninfo and schema: the worker queries on a pool of its own
+        self._registry = registry
+        self._hooks = hooks
         if queues is None:
-            registered = {d.queue for d in jobs.definitions.values()}
-            registered |= {s.queue for s in jobs.schedules.values()}
+            registered = registry.queues()
             if not registered:
                 raise InvalidArgument(
                     "this worker has nothing to run: register jobs with @client.job first, "
@@ -127,15 +138,9 @@ class AsyncWorker:
                 )
             queues = sorted(registered)
         self.queues = check_queues(queues)
-        for what, value in (("concurrency", concurrency), ("prefetch", prefetch)):
-            if what == "prefetch" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidArgument(
-                    f"invalid {what} {value!r}: an integer >= 0 (prefetch: or None)"
-                )
-        if concurrency < 1:
-            raise InvalidArgument(f"invalid concurrency {concurrency!r}: an integer >= 1")
+        check_int("concurrency", concurrency, 1)
+        if prefetch is not None:
+            check_int("prefetch", prefetch, 0, hint="or None: sized as the worker runs")
         self.concurrency = concurrency
         self._prefetch = prefetch
         self._lease = check_seconds("lease", lease, allow_zero=False)
@@ -157,11 +162,7 @@ class AsyncWorker:
         self._listen = bool(listen)
         self._grace = check_seconds("shutdown_grace", shutdown_grace)
         self._keep_finished = check_seconds("keep_finished", keep_finished)
-        self._vacuum_interval = (
-            None
-            if vacuum_interval is None
-            else check_seconds("vacuum_interval", vacuum_interval, allow_zero=False)
-        )
+        self._vacuum_interval = check_interval("vacuum_interval", vacuum_interval)
         self._cancel_grace = check_seconds("cancel_grace", cancel_grace)
         self._warn_after = (
             None
@@ -169,10 +170,7 @@ class AsyncWorker:
             else check_seconds("warn_unregistered_after", warn_unregistered_after)
         )
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._limited = any(
-            d.max_concurrency is not None or d.rate_limit is not None
-            for d in jobs.definitions.values()
-        )
+        self._limited = registry.limited()
         ahead = AUTO_PREFETCH_MAX if prefetch is None else prefetch
         # A claim in flight, the buffer and a write-back in flight can each hold about this many.
         self._held = HeldJobs(3 * (concurrency + ahead))
@@ -202,15 +200,20 @@ class AsyncWorker:
         """Run jobs until ``stop()``, SIGTERM or SIGINT; with ``burst``, also stop once no
         job is due (the queues are drained)."""
         if self._started:
-            raise InvalidArgument("a worker runs once; create a new one with client.worker()")
+            raise WorkerAlreadyRun("a worker runs once; create a new one with client.worker()")
         self._started = True
         pool = self._pool()
         await pool.open(wait=True)
-        db = AsyncDatabase(pool, self._jobs.db.conninfo, self._jobs.db.schema)
+        client_db = self._client_db
+        db = AsyncDatabase(
+            pool, client_db.conninfo, client_db.schema, client_db.options, client_db.wakeups
+        )
+        # Every query of the worker runs on its own pool, its purges and limits included.
+        admin = AsyncJobAdmin(db, self._registry.serializer)
         restore = install_stop_handler(self.stop) if handle_signals else None
         self._threads = JobThreads(self.concurrency)
         self._runner = AsyncRunner(
-            self._jobs, worker=self.name, threads=self._threads, stop=self.stop
+            self._registry, self._hooks, worker=self.name, threads=self._threads, stop=self.stop
         )
         fetcher = self._fetcher = AsyncFetcher(
             db,
@@ -243,40 +246,16 @@ class AsyncWorker:
         units: list[tuple[str, Any]] = [
             ("completer", completer),
             ("heartbeat", heartbeat),
-            (
-                "maintenance",
-                AsyncRescuer(
-                    db,
-                    self._jobs,
-                    interval=self._rescue_interval,
-                    keep_finished=self._keep_finished,
-                    fetcher=fetcher,
-                    stopping=self._stopping,
-                    warn_after=self._warn_after,
-                ),
-            ),
+            *self._maintenance(db, admin, fetcher),
         ]
         scheduler = None
-        if self._jobs.schedules:
-            scheduler = AsyncScheduler(db, self._jobs, stopping=self._stopping)
+        if self._registry.schedules:
+            scheduler = AsyncScheduler(db, self._registry, stopping=self._stopping)
             units.append(("scheduler", scheduler))
-        if self._vacuum_interval is not None:
-            units.append(
-                ("vacuum", AsyncVacuum(db, interval=self._vacuum_interval, stopping=self._stopping))
-            )
-        retention_every = retention_interval()
-        if retention_every is not None:
-            units.append(
-                (
-                    "retention",
-                    AsyncRetentionRunner(db, interval=retention_every, stopping=self._stopping),
-                )
-            )
         if self._listen:
             listener = AsyncListener(
                 db,
                 queues=self.queues,
-                poll_interval=self._poll_interval,
                 fetcher=fetcher,
                 heartbeat=heartbeat,
                 stopping=self._stopping,
@@ -284,7 +263,7 @@ class AsyncWorker:
             units.append(("listener", listener))
         background = []
         try:
-            await self._register_limits()
+            await self._register_limits(admin)
             await self._warn_unused_queues(db)
             if scheduler is not None:
                 await scheduler.register()
@@ -316,6 +295,26 @@ class AsyncWorker:
             raise self._crash
         if self._runner is not None and self._runner.exit is not None:
             raise self._runner.exit
+
+    def _maintenance(
+        self, db: AsyncDatabase, admin: AsyncJobAdmin, fetcher: AsyncFetcher
+    ) -> list[tuple[str, AsyncPeriodic]]:
+        """The worker's periodic maintenance units, each on the worker's pool (``db``)."""
+        stopping = self._stopping
+        units: list[AsyncPeriodic] = [
+            AsyncRescuer(db, interval=self._rescue_interval, fetcher=fetcher, stopping=stopping)
+        ]
+        if self._keep_finished > 0:  # 0: finished jobs are deleted at completion
+            units.append(
+                AsyncPurger(db, admin, keep_finished=self._keep_finished, stopping=stopping)
+            )
+        if self._warn_after is not None:
+            units.append(
+                AsyncKindWatch(db, self._registry, warn_after=self._warn_after, stopping=stopping)
+            )
+        if self._vacuum_interval is not None:
+            units.append(AsyncVacuum(db, interval=self._vacuum_interval, stopping=stopping))
+        return [(unit.name, unit) for unit in units]
 
     async def _supervised(self, what: str, loop: Callable[[], Any]) -> None:
         """Run one of the worker's loops; if it fails, log it and stop the worker, which
@@ -349,14 +348,14 @@ class AsyncWorker:
         kwargs: dict[str, Any] = {"autocommit": True}
         if not self._listen:
             kwargs["prepare_threshold"] = None
-        session = self._jobs.db.q("worker_session")
+        session = self._client_db.q("worker_session")
 
         async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
             if self._listen:  # not behind PgBouncer in transaction mode, where SET leaks
                 await conn.execute(session)
 
         return AsyncReconnectingPool(
-            self._jobs.db.conninfo,
+            self._client_db.conninfo,
             min_size=1,
             max_size=5,
             kwargs=kwargs,
@@ -367,12 +366,12 @@ class AsyncWorker:
             name=f"postroom-worker-{self.name}",
         )
 
-    async def _register_limits(self) -> None:
+    async def _register_limits(self, admin: AsyncJobAdmin) -> None:
         """Store the registered concurrency and rate limits."""
-        for definition in self._jobs.definitions.values():
+        for definition in self._registry.definitions.values():
             if definition.max_concurrency is not None or definition.rate_limit is not None:
                 try:
-                    await self._jobs.set_limit(
+                    await admin.set_limit(
                         "kind",
                         definition.kind,
                         definition.max_concurrency,
@@ -386,8 +385,7 @@ class AsyncWorker:
 
     async def _warn_unused_queues(self, db: AsyncDatabase) -> None:
         """Warn about a queue with no registered kind that never had a job (a typo?)."""
-        served = {d.queue for d in self._jobs.definitions.values()}
-        served |= {s.queue for s in self._jobs.schedules.values()}
+        served = self._registry.queues()
         unserved = [q for q in self.queues if q not in served]
         if not unserved:
             return
