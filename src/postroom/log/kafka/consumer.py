@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..._acompat import to_thread
-from ...errors import Fenced, InvalidArgument, NotSupported
+from ...errors import ConsumerClosed, Fenced, InvalidArgument, NotSupported
 from ..membership import DEFAULT_MAX_POLL_INTERVAL
 from ..records import (
     DEFAULT_SESSION_TIMEOUT,
@@ -165,7 +165,7 @@ class KafkaConsumer:
         if self._started:
             return
         if self._closed:
-            raise InvalidArgument("this consumer is closed")
+            raise ConsumerClosed("this consumer is closed: create a new one with client.consumer()")
         self._started = True
         for topic in self._topics:
             self._admin.partitions(topic)  # TopicNotFound now, not silence later

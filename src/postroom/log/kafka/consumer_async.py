@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from ..._acompat import ato_thread
-from ...errors import Fenced, InvalidArgument, NotSupported
+from ...errors import ConsumerClosed, Fenced, InvalidArgument, NotSupported
 from ..membership_async import DEFAULT_MAX_POLL_INTERVAL
 from ..records import (
     DEFAULT_SESSION_TIMEOUT,
@@ -163,7 +163,7 @@ class AsyncKafkaConsumer:
         if self._started:
             return
         if self._closed:
-            raise InvalidArgument("this consumer is closed")
+            raise ConsumerClosed("this consumer is closed: create a new one with client.consumer()")
         self._started = True
         for topic in self._topics:
             await self._admin.partitions(topic)  # TopicNotFound now, not silence later

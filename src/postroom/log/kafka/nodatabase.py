@@ -18,13 +18,20 @@ class NoDatabase:
 
     def __init__(self, engine: KafkaLog) -> None:
         self._engine = engine
+        self._closed = False
 
     @property
     def pool(self) -> NoDatabase:
         return self  # the client closes "its pool" when it closes
 
+    @property
+    def wakeups(self) -> NoDatabase:
+        return self  # ... and "its listener": nothing listens on Kafka, so that closes nothing
+
     def close(self) -> None:
-        self._engine.close()
+        if not self._closed:
+            self._closed = True
+            self._engine.close()
 
     def __getattr__(self, name: str) -> Any:
         raise NotSupported(

@@ -16,13 +16,20 @@ class AsyncNoDatabase:
 
     def __init__(self, engine: AsyncKafkaLog) -> None:
         self._engine = engine
+        self._closed = False
 
     @property
     def pool(self) -> AsyncNoDatabase:
         return self  # the client closes "its pool" when it closes
 
+    @property
+    def wakeups(self) -> AsyncNoDatabase:
+        return self  # ... and "its listener": nothing listens on Kafka, so that closes nothing
+
     async def close(self) -> None:
-        await self._engine.close()
+        if not self._closed:
+            self._closed = True
+            await self._engine.close()
 
     def __getattr__(self, name: str) -> Any:
         raise NotSupported(
