@@ -21,6 +21,7 @@ import psycopg
 from .._acompat import ACondition, ALock
 from .._db_async import AsyncDatabase
 from .._reconnect import reconnect_delay
+from .claiming import low_water
 from .outcomes import Claimed, HeldJobs
 
 log = logging.getLogger("postroom.worker")
@@ -38,14 +39,6 @@ back while the other slots stay parked (waking more threads costs more than it g
 STALL_SECONDS = 0.002
 """Jobs that wait in the buffer while parked slots could run them and no slot took a job for
 this long (a long job after short ones) wake the parked slots."""
-
-
-def low_water(prefetch: int) -> int:
-    """The buffer's low-water mark: the next claim begins once the buffer holds this many
-    jobs or fewer, three quarters of ``prefetch``. A claim of hundreds of rows takes
-    about as long as the slots take to run them: begun at half the buffer, it often came
-    back after the buffer ran dry and the slots waited for it."""
-    return 3 * prefetch // 4
 
 
 class AsyncFetcher:
