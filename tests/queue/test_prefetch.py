@@ -13,7 +13,8 @@ import pytest
 
 import postroom
 from postroom.errors import InvalidArgument
-from postroom.queue.fetcher import AUTO_PREFETCH_MAX, Fetcher, low_water
+from postroom.queue.claiming import low_water
+from postroom.queue.fetcher import AUTO_PREFETCH_MAX, Fetcher
 from postroom.queue.outcomes import Claimed, HeldJobs
 
 
