@@ -134,6 +134,7 @@ class Sampler:
                 if not self.listening:
                     self.bump()  # the polling fallback: every tick refreshes the live views
             except (psycopg.Error, OSError) as exc:
+                _raise_if_cancelled(exc)
                 log.warning("dashboard sampler: %s", exc)
             await asyncio.sleep(self.interval)
 
@@ -151,6 +152,15 @@ class Sampler:
                     continue
                 out.setdefault(label, [None] * len(samples))[i] = value
         return {"t": times, "series": out}
+
+
+def _raise_if_cancelled(exc: BaseException) -> None:
+    """A task cancelled inside a query may see psycopg's error for the cancelled query instead
+    of ``CancelledError``: caught as an outage, the loop went on sleeping and ``stop()`` waited
+    for it for ever (the dashboard.md snippet hung on a loaded box). Re-raise the cancellation."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
 
 
 def _pick(pick: str, sample: Sample, previous: Sample | None) -> dict[str, float]:
@@ -194,6 +204,7 @@ class Live:
                     async for _ in conn.notifies():
                         self.sampler.bump()
             except (psycopg.Error, OSError) as exc:
+                _raise_if_cancelled(exc)
                 log.warning("dashboard live view: LISTEN failed, polling instead: %s", exc)
             self.listening = self.sampler.listening = False
             await asyncio.sleep(5)
