@@ -315,3 +315,19 @@ def test_a_completion_after_a_pause_mid_run_excuses_the_rerun() -> None:
     report = check(final(h, jobs=[[1, 1, "done", 2, 4]]).ops)
     assert report.valid, report.render()
     assert report.counts["reruns-after-fault"] == 1
+
+
+def test_a_rerun_logged_before_the_crash_restart_ends_is_excused() -> None:
+    """Found by a long run (seed 839865604): an immediate restart began while attempt 2 ran;
+    its completion could not be written back, and another worker rescued the job after the
+    lease, 16 ms before the nemesis logged the server back. The crash excuses the rerun from
+    its start, not from the "restarted" line."""
+    h = consume(writes(History())).op("enqueuer-0.0", "ok", "enqueue", {"n": 1, "id": 1})
+    h.op("worker-0.0", "invoke", "run", {"n": 1, "id": 1, "attempt": 1, "max_attempts": 4})
+    h.op("nemesis", "info", "restart", {"target": "server", "mode": "immediate"})
+    h.op("worker-0.0", "ok", "run", {"n": 1, "id": 1, "attempt": 1})
+    h.run("worker-1.0", 1, 1, 2)
+    h.op("nemesis", "info", "restarted", {"target": "server", "mode": "immediate", "error": None})
+    report = check(final(h, jobs=[[1, 1, "done", 2, 4]]).ops)
+    assert report.valid, report.render()
+    assert report.counts["reruns-after-fault"] == 1
