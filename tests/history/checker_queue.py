@@ -4,9 +4,10 @@ A job's run is the operation ``run``: its invoke is the start (value ``n``, ``id
 ``attempt``, ``max_attempts``, ``worker``), ok its completion, fail its failure. What excuses
 a second run (docs/queue.md: at least once after a crash, a pause past the lease or a server
 crash) is a nemesis operation on the first run's process (``kill``, a ``pause`` of half a lease
-or more) or a server restart after that run started: a crash (``immediate``, counted from its start; worker sessions commit
-asynchronously, so a claim or completion of the last milliseconds may be lost) or any restart
-that kept the server away for half a lease or more (heartbeats could not renew the leases).
+or more) or a server restart after that run started: a crash (``immediate``, counted from its
+start; worker sessions commit asynchronously, so a claim or completion of the last
+milliseconds may be lost) or any restart that kept the server away for half a lease or more
+(heartbeats could not renew the leases).
 """
 
 from __future__ import annotations
