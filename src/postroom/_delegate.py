@@ -18,7 +18,9 @@ class delegate(Generic[P, R]):
             enqueue = delegate("jobs", AsyncJobs.enqueue)
 
     The engine attribute must be set in ``__init__`` before the first call; the bound method
-    is then cached on the instance, so a call costs what calling the engine does.
+    is then cached on the instance, so a call costs what calling the engine does. On the class
+    (``AsyncClient.enqueue``) it is the engine's function, so ``inspect.signature`` and the
+    docs show the engine's signature.
     """
 
     def __init__(self, engine: str, method: Callable[Concatenate[Any, P], R]) -> None:
@@ -31,14 +33,14 @@ class delegate(Generic[P, R]):
         self._name = name
 
     @overload
-    def __get__(self, obj: None, owner: type | None = None) -> delegate[P, R]: ...
+    def __get__(self, obj: None, owner: type | None = None) -> Callable[Concatenate[Any, P], R]: ...
 
     @overload
     def __get__(self, obj: object, owner: type | None = None) -> Callable[P, R]: ...
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:
         if obj is None:
-            return self
+            return self._method
         bound = getattr(getattr(obj, self._engine), self._method.__name__)
         obj.__dict__[self._name] = bound  # a non-data descriptor: the next lookup finds this
         return bound

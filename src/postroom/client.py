@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from ._db import Database, open_database
@@ -17,33 +17,16 @@ from ._maintenance import UNSET as UNSET_OPTION
 from ._maintenance import client_options
 from ._schema import Schema
 from .errors import InvalidName
-from .log.consumer import Consumer
 from .log.engine import Log
 from .log.kafka.engine import open_kafka_log
 from .log.kafka.move import TopicMove, open_move
 from .log.kafka.nodatabase import NoDatabase
 from .log.kafka.settings import is_kafka_url
-from .log.membership import DEFAULT_MAX_POLL_INTERVAL
-from .log.producer import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_BUFFER_BYTES,
-    DEFAULT_BUFFER_MESSAGES,
-    DEFAULT_BUFFER_TIMEOUT,
-    Producer,
-)
 from .log.records import (
-    DEFAULT_SESSION_TIMEOUT,
-    UNSET,
-    GroupInfo,
     HeaderValue,
-    Message,
-    OffsetReset,
     Published,
-    TopicInfo,
-    TopicPartition,
     Value,
 )
-from .log.runner import Runner
 from .queue.jobs import Jobs
 from .queue.serializer import Serializer, check_serializer
 from .relay.inbox import Inbox, prune_inbox
@@ -102,8 +85,11 @@ def connect(
 
 
 class Client:
-    """Topics, publishing, consumers, groups, the relay and the job queue (``client.jobs``,
-    whose methods the client delegates) on one postroom schema.
+    """Topics, publishing, consumers, groups, the relay and the job queue on one postroom
+    schema. The client composes engines and delegates to them (``_delegate.py``): the log
+    methods are ``client.log``'s (documented there), the job methods ``client.jobs``', the
+    schema methods its schema's; what it writes out itself composes several rooms (the relay,
+    the inbox, outbox events, topic moves).
 
     Every write takes an optional ``conn``: the caller's own psycopg connection (or a
     SQLAlchemy/Django connection wrapping one). The write then joins the caller's transaction
@@ -149,219 +135,28 @@ class Client:
 
     # -- topics -----------------------------------------------------------------------------
 
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        retention: timedelta | None = None,
-        *,
-        max_lag: int | None = None,
-        group_ttl: timedelta | None = None,
-        if_not_exists: bool = False,
-    ) -> bool:
-        """Create a topic; returns True. Raises :class:`TopicExists` if the name is taken, or
-        with ``if_not_exists=True`` returns False and changes nothing (the existing topic keeps
-        its settings), so a script can run twice.
-
-        ``max_lag`` (messages, off by default) refuses writes with :class:`BacklogFull` while
-        the slowest active group of a partition is that far behind; ``group_ttl`` (default 7
-        days) is how long a group without members or commits stays active. docs/log.md."""
-        return self.log.create_topic(
-            name,
-            partitions,
-            retention,
-            max_lag=max_lag,
-            group_ttl=group_ttl,
-            if_not_exists=if_not_exists,
-        )
-
-    def alter_topic(
-        self,
-        name: str,
-        *,
-        max_lag: int | None = UNSET,
-        group_ttl: timedelta | None = UNSET,
-        retention: timedelta | None = UNSET,
-    ) -> None:
-        """Change a topic's ``max_lag``, ``group_ttl`` or ``retention`` (None: off / the
-        default / keep every message). Arguments left out stay as they are."""
-        self.log.alter_topic(name, max_lag=max_lag, group_ttl=group_ttl, retention=retention)
-
-    def list_topics(self) -> list[TopicInfo]:
-        return self.log.list_topics()
-
-    def describe_topic(self, name: str) -> TopicInfo:
-        """The topic with each partition's low/high-water marks, message count and bytes."""
-        return self.log.describe_topic(name)
-
-    def delete_topic(self, name: str) -> None:
-        """Delete a topic with its messages and every group's cursors on it."""
-        self.log.delete_topic(name)
-
-    def add_partitions(self, name: str, total: int) -> None:
-        """Grow the topic to ``total`` partitions (never fewer). Keys then map anew, as in Kafka."""
-        self.log.add_partitions(name, total)
-
-    def apply_retention(
-        self, *, group_expiry: timedelta = timedelta(days=7), batch_size: int = 10000
-    ) -> int:
-        """Delete messages older than their topic's retention that every active group has read.
-
-        A group is active while it committed within ``group_expiry``; an expired group no longer
-        pins the log, and its lag then counts messages it will never see. Deletes at most
-        ``batch_size`` messages per partition per call, so each transaction stays short; returns
-        how many it deleted (call again while it returns a full batch). Running group members
-        do this (with the defaults) every 30 s by themselves (``connect(retention_interval=)``,
-        default ``POSTROOM_RETENTION_INTERVAL``), and VACUUM ``messages`` afterwards when
-        their role owns it; None or ``off`` turns that off (docs/log.md, "Retention").
-        """
-        return self.log.apply_retention(group_expiry=group_expiry, batch_size=batch_size)
+    create_topic = delegate("log", Log.create_topic)
+    alter_topic = delegate("log", Log.alter_topic)
+    list_topics = delegate("log", Log.list_topics)
+    describe_topic = delegate("log", Log.describe_topic)
+    delete_topic = delegate("log", Log.delete_topic)
+    add_partitions = delegate("log", Log.add_partitions)
+    apply_retention = delegate("log", Log.apply_retention)
 
     # -- producing --------------------------------------------------------------------------
 
-    def publish(
-        self,
-        topic: str,
-        value: Value,
-        *,
-        key: bytes | str | None = None,
-        headers: Mapping[str, HeaderValue] | None = None,
-        partition: int | None = None,
-        conn: object = None,
-        timeout: float | None = None,
-    ) -> Published:
-        """Write one message; with ``conn`` it commits or rolls back with the caller's work.
-
-        Returns ``Published(partition, offset)``. In the caller's transaction (``conn``) the
-        message is staged and takes its offset when that transaction commits, so ``offset``
-        is None; no counter row is locked before the commit, so concurrent transactions never
-        deadlock whatever partitions they publish to, in whatever order (docs/log.md).
-
-        On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
-        first waits up to ``timeout`` seconds for the slowest group to catch up (not with
-        ``conn``: the refusal aborts the caller's transaction)."""
-        return self.log.publish(
-            topic, value, key=key, headers=headers, partition=partition, conn=conn, timeout=timeout
-        )
-
-    def publish_batch(
-        self,
-        topic: str,
-        messages: Iterable[Any],
-        *,
-        conn: object = None,
-        timeout: float | None = None,
-    ) -> list[Published]:
-        """Write many messages in one transaction (the caller's, with ``conn``).
-
-        Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
-        ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
-        ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
-        return self.log.publish_batch(topic, messages, conn=conn, timeout=timeout)
-
-    def producer(
-        self,
-        *,
-        linger_ms: float = 5,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        backlog_timeout: float | None = None,
-        buffer_messages: int = DEFAULT_BUFFER_MESSAGES,
-        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-        buffer_timeout: float | None = DEFAULT_BUFFER_TIMEOUT,
-    ) -> Producer:
-        """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``.
-        ``backlog_timeout``: how long a batch refused by ``max_lag`` is retried before its
-        futures fail with :class:`BacklogFull` (default: not retried). ``buffer_messages``,
-        ``buffer_bytes`` bound the sends not yet written: a ``send`` into a full buffer
-        waits, up to ``buffer_timeout`` seconds, then raises :class:`BufferFull`."""
-        return self.log.producer(
-            linger_ms=linger_ms,
-            batch_size=batch_size,
-            backlog_timeout=backlog_timeout,
-            buffer_messages=buffer_messages,
-            buffer_bytes=buffer_bytes,
-            buffer_timeout=buffer_timeout,
-        )
+    publish = delegate("log", Log.publish)
+    publish_batch = delegate("log", Log.publish_batch)
+    producer = delegate("log", Log.producer)
 
     # -- consuming --------------------------------------------------------------------------
 
-    def consumer(
-        self,
-        group: str | None,
-        topics: str | Iterable[str],
-        *,
-        partitions: Iterable[TopicPartition] | None = None,
-        auto_offset_reset: OffsetReset = "earliest",
-        member_id: str | None = None,
-        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
-        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
-        on_assign: Callable[[set[TopicPartition]], Any] | None = None,
-        on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
-    ) -> Consumer:
-        """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
-        return self.log.consumer(
-            group,
-            topics,
-            partitions=partitions,
-            auto_offset_reset=auto_offset_reset,
-            member_id=member_id,
-            session_timeout=session_timeout,
-            max_poll_interval=max_poll_interval,
-            on_assign=on_assign,
-            on_revoke=on_revoke,
-        )
-
-    def subscribe(
-        self, topics: str | Iterable[str], *, group: str, **options: Any
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register a handler that ``runner()`` (or ``postroom run MODULE``) runs as members of
-        ``group``; returns it unchanged. Options: see ``postroom.log.subscription.Subscription``.
-
-            @client.subscribe("orders", group="billing", transactional=True)
-            async def bill(message, conn): ...
-        """
-        return self.log.subscribe(topics, group=group, **options)
-
-    def runner(self) -> Runner:
-        """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
-        return self.log.runner()
-
-    def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
-        """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
-        return self.log.list_dead_letters(topic, limit=limit)
-
-    def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
-        """Publish ``topic``'s dead letters to their source again, each once and marked for the
-        group that failed on it (others pass over it); returns how many. ``group`` is the
-        replay's own cursor on the dead-letter topic."""
-        return self.log.replay_dead_letters(topic, group=group)
-
-    def dead_letter(
-        self,
-        message: Message,
-        *,
-        group: str,
-        error: str,
-        attempts: int = 1,
-        topic: str | None = None,
-        headers: Mapping[str, HeaderValue] | None = None,
-        conn: object = None,
-    ) -> bool:
-        """Publish ``message`` to its dead-letter topic (``topic``, default ``<topic>.dlq``,
-        created if missing) as ``group``'s failure, with the ``postroom-dlq-*`` headers
-        (docs/log.md) and ``headers``; with ``conn`` in the caller's transaction. One dead
-        letter per group and message: returns False, writing nothing, if one was written
-        already (by another process that handled the same message). The runner and the relay
-        call it; a hand-written consumer loop may too."""
-        return self.log.dead_letter(
-            message,
-            group=group,
-            error=error,
-            attempts=attempts,
-            topic=topic,
-            headers=headers,
-            conn=conn,
-        )
+    consumer = delegate("log", Log.consumer)
+    subscribe = delegate("log", Log.subscribe)
+    runner = delegate("log", Log.runner)
+    list_dead_letters = delegate("log", Log.list_dead_letters)
+    replay_dead_letters = delegate("log", Log.replay_dead_letters)
+    dead_letter = delegate("log", Log.dead_letter)
 
     # -- outbox relay -----------------------------------------------------------------------
     # The relay loop, sinks and routing live in postroom.relay; see docs/outbox.md.
@@ -423,29 +218,10 @@ class Client:
 
     # -- groups -----------------------------------------------------------------------------
 
-    def list_groups(self) -> list[GroupInfo]:
-        return self.log.list_groups()
-
-    def describe_group(self, group: str) -> GroupInfo:
-        """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
-        return self.log.describe_group(group)
-
-    def reset_group(
-        self,
-        group: str,
-        topic: str,
-        *,
-        to: str | int | datetime,
-        partition: int | None = None,
-    ) -> dict[int, int]:
-        """Move a group's cursors on ``topic`` to ``"earliest"``, ``"latest"``, an offset, or the
-        first message at or after a datetime. Creates the cursors if the group is new. Returns
-        the new next offset per partition. Run it while the group's consumers are stopped."""
-        return self.log.reset_group(group, topic, to=to, partition=partition)
-
-    def delete_group(self, group: str) -> None:
-        """Forget a group's cursors; a consumer of that group then starts anew."""
-        self.log.delete_group(group)
+    list_groups = delegate("log", Log.list_groups)
+    describe_group = delegate("log", Log.describe_group)
+    reset_group = delegate("log", Log.reset_group)
+    delete_group = delegate("log", Log.delete_group)
 
     # -- jobs: the queue engine's methods (postroom.queue.jobs_async; docs/queue.md) --------
 

@@ -55,8 +55,11 @@ class LogModel(RuleBasedStateMachine):
         return TopicPartition(self.topic, partition)
 
     def consumer(self, group: str, partition: int) -> postroom.Consumer:
-        """A member of ``group`` on one partition; a new cursor starts at the earliest retained."""
-        self.cursors.setdefault((group, partition), self.low[partition])
+        """A member of ``group`` on one partition; a new cursor starts at the earliest retained,
+        and one below the low-water mark (a reset below it) moves up to it as the consumer
+        takes the partition (docs/log.md, "Offsets")."""
+        key = (group, partition)
+        self.cursors[key] = max(self.cursors.get(key, self.low[partition]), self.low[partition])
         return self.client.consumer(group, self.topic, partitions=[self.tp(partition)])
 
     def expected_from(self, start: int, partition: int, limit: int | None = None) -> list[int]:
@@ -102,7 +105,11 @@ class LogModel(RuleBasedStateMachine):
 
     @rule(group=groups, partition=partitions, data=st.data())
     def seek_read_and_commit(self, group: str, partition: int, data: st.DataObject) -> None:
-        offset = data.draw(st.integers(0, self.high[partition]), label="seek to")
+        self.seek_to(
+            group, partition, data.draw(st.integers(0, self.high[partition]), label="seek to")
+        )
+
+    def seek_to(self, group: str, partition: int, offset: int) -> None:
         with self.consumer(group, partition) as consumer:
             consumer.seek(self.tp(partition), offset)
             offsets = self.expected_from(offset, partition)
@@ -137,6 +144,9 @@ class LogModel(RuleBasedStateMachine):
             ),
             label="reset to",
         )
+        self.reset_to(group, partition, to)
+
+    def reset_to(self, group: str, partition: int, to: str | int) -> None:
         expected = {"earliest": self.low[partition], "latest": self.high[partition]}.get(
             str(to), to
         )
@@ -216,3 +226,27 @@ def test_cursors_commits_resets_and_retention_follow_the_model(
         LogModel,
         settings=settings(max_examples=15, stateful_step_count=20, deadline=None),
     )
+
+
+def test_a_reset_below_the_low_water_mark_is_moved_up_by_the_next_consumer(
+    machine_client: postroom.Client,
+) -> None:
+    """The example hypothesis found on pg18: a group reset below the low-water mark, then a
+    consumer that takes the partition and commits nothing. The consumer moves the cursor up to
+    the low-water mark before it reads (docs/log.md, "Offsets"); the model kept it below."""
+    machine = LogModel()
+    try:
+        machine.publish(partition=0, count=2)
+        machine.poll_and_commit(group="g0", partition=0, read=1)
+        machine.expire_everything_and_apply_retention()  # g0 pins offset 1: low-water 1
+        machine.reset_to("g1", 0, 0)  # below the low-water mark
+        machine.cursors_and_lag_match()
+        machine.poll_and_commit(group="g1", partition=0, read=0)
+        machine.water_marks_match()
+        machine.cursors_and_lag_match()
+        machine.seek_to("g2", 0, 0)
+        machine.reset_to("g2", 0, 0)
+        machine.seek_to("g2", 0, 0)
+        machine.cursors_and_lag_match()
+    finally:
+        machine.teardown()

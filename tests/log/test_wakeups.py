@@ -15,8 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import postroom
-from postroom.log import consumer as consumer_sync
-from postroom.log import consumer_async
+from postroom.log import claim_policy
 
 from ..signals import wait_for_listener
 
@@ -26,8 +25,7 @@ WAKE_WITHIN = 20.0  # generous for a loaded machine, and still a third of the fa
 
 @pytest.fixture(autouse=True)
 def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module in (consumer_sync, consumer_async):
-        monkeypatch.setattr(module, "POLL_INTERVAL", FALLBACK)
+    monkeypatch.setattr(claim_policy, "POLL_INTERVAL", FALLBACK)
 
 
 @pytest.fixture

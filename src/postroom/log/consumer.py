@@ -6,7 +6,6 @@ or a manual one) keeps, and filled by its fetcher (``fetch_async.py``)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from .._db import Database
 from .._wakeups import LOG, Subscription
 from ..errors import ConsumerClosed, Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigners import GroupAssignment, ManualAssignment
+from .claim_policy import ClaimPolicy
 from .fetch import Fetcher
 from .membership import DEFAULT_MAX_POLL_INTERVAL
 from .metadata import TopicCache
@@ -43,8 +43,6 @@ from .records import (
 
 MAX_INT4 = 2**31 - 1
 MAX_INT8 = 2**63 - 1
-POLL_INTERVAL = 0.5
-"""Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 """Keys and values one ``poll()`` fetches at most (Kafka's fetch.max.bytes); one message
 always comes, however large."""
@@ -152,7 +150,8 @@ class Consumer:
             self._assignment = ManualAssignment(
                 db, topics_cache, self._state, self.group, topic_names, requested, auto_offset_reset
             )
-        self._fetcher = Fetcher(db, self._state)
+        self._policy = ClaimPolicy()  # what to fetch or claim, and when: claim_policy.py
+        self._fetcher = Fetcher(db, self._state, self._policy)
         self._wakeups: Subscription | None = None  # on the client's one listener
         self._woken = Event()
         self._ready = False
@@ -188,10 +187,10 @@ class Consumer:
         check_int("max_bytes", max_bytes, 1, MAX_INT8)
         self._ensure_assigned()
         self._assignment.polled()
-        deadline = time.monotonic() + max(timeout, 0)
+        deadline = self._policy.deadline(timeout)
         while True:
             self._assignment.apply()
-            if not self._state.has_buffered():
+            if self._policy.fetch_now(self._state.has_buffered()):
                 # Every notification dropped here is followed by a fetch whose snapshot is
                 # later: the prefetch used now was sent before, but a full one sends the next
                 # now, and after any other the next poll that needs rows fetches again.
@@ -200,10 +199,10 @@ class Consumer:
             taken = self._state.take(max_messages) if self._assignment.session_live() else []
             if taken:
                 return taken
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            wait = self._policy.wait(deadline)
+            if wait is None:
                 return []
-            self._wait_for_wakeup(min(remaining, POLL_INTERVAL))
+            self._wait_for_wakeup(wait)
 
     def _wait_for_wakeup(self, timeout: float) -> None:
         """Sleep until a publish to an assigned topic is notified, at most ``timeout`` s.
@@ -357,7 +356,7 @@ class Consumer:
         check_int("max_messages", max_messages, 1, MAX_INT4)  # an integer in SQL
         self._need_group("transaction")
         self._ensure_assigned()
-        deadline = time.monotonic() + max(timeout, 0)
+        deadline = self._policy.deadline(timeout)
         self._state.busy = True
         self._assignment.polled()
         try:
@@ -365,10 +364,11 @@ class Consumer:
                 with self._db.connection() as conn:
                     while True:
                         messages = self._claim(conn, max_messages)
-                        if messages or time.monotonic() >= deadline:
+                        wait = None if messages else self._policy.wait(deadline)
+                        if wait is None:
                             break
                         conn.rollback()
-                        self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
+                        self._wait_for_wakeup(wait)
                         self._assignment.apply()
                     tp = messages[0].topic_partition if messages else None
                     yield Batch(messages, conn, tp)
@@ -404,7 +404,7 @@ class Consumer:
             ) from exc
 
     def _claim(self, conn: psycopg.Connection[Any], limit: int) -> list[Message]:
-        order = self._state.rotated("claim")
+        order = self._policy.order(self._state.in_use(), "claim")
         if not order:
             return []
         cur = conn.cursor(binary=True)
@@ -467,4 +467,4 @@ class Consumer:
 
     def _iterate(self) -> Iterator[Message]:
         while not self._closed:
-            yield from self.poll(timeout=POLL_INTERVAL)
+            yield from self.poll(timeout=self._policy.poll_interval)

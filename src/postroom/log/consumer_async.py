@@ -4,7 +4,6 @@ or a manual one) keeps, and filled by its fetcher (``fetch_async.py``)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from .._db_async import AsyncDatabase
 from .._wakeups import LOG, Subscription
 from ..errors import ConsumerClosed, Fenced, InvalidArgument, OffsetOutOfRange, TransactionAborted
 from .assigners_async import AsyncGroupAssignment, AsyncManualAssignment
+from .claim_policy import ClaimPolicy
 from .fetch_async import AsyncFetcher
 from .membership_async import DEFAULT_MAX_POLL_INTERVAL
 from .metadata_async import AsyncTopicCache
@@ -41,8 +41,6 @@ from .records import (
 
 MAX_INT4 = 2**31 - 1
 MAX_INT8 = 2**63 - 1
-POLL_INTERVAL = 0.5
-"""Seconds between polls when no notification arrives: wake-ups are hints, polling is the truth."""
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 """Keys and values one ``poll()`` fetches at most (Kafka's fetch.max.bytes); one message
 always comes, however large."""
@@ -150,7 +148,8 @@ class AsyncConsumer:
             self._assignment = AsyncManualAssignment(
                 db, topics_cache, self._state, self.group, topic_names, requested, auto_offset_reset
             )
-        self._fetcher = AsyncFetcher(db, self._state)
+        self._policy = ClaimPolicy()  # what to fetch or claim, and when: claim_policy.py
+        self._fetcher = AsyncFetcher(db, self._state, self._policy)
         self._wakeups: Subscription | None = None  # on the client's one listener
         self._woken = AEvent()
         self._ready = False
@@ -186,10 +185,10 @@ class AsyncConsumer:
         check_int("max_bytes", max_bytes, 1, MAX_INT8)
         await self._ensure_assigned()
         self._assignment.polled()
-        deadline = time.monotonic() + max(timeout, 0)
+        deadline = self._policy.deadline(timeout)
         while True:
             await self._assignment.apply()
-            if not self._state.has_buffered():
+            if self._policy.fetch_now(self._state.has_buffered()):
                 # Every notification dropped here is followed by a fetch whose snapshot is
                 # later: the prefetch used now was sent before, but a full one sends the next
                 # now, and after any other the next poll that needs rows fetches again.
@@ -198,10 +197,10 @@ class AsyncConsumer:
             taken = self._state.take(max_messages) if self._assignment.session_live() else []
             if taken:
                 return taken
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            wait = self._policy.wait(deadline)
+            if wait is None:
                 return []
-            await self._wait_for_wakeup(min(remaining, POLL_INTERVAL))
+            await self._wait_for_wakeup(wait)
 
     async def _wait_for_wakeup(self, timeout: float) -> None:
         """Sleep until a publish to an assigned topic is notified, at most ``timeout`` s.
@@ -357,7 +356,7 @@ class AsyncConsumer:
         check_int("max_messages", max_messages, 1, MAX_INT4)  # an integer in SQL
         self._need_group("transaction")
         await self._ensure_assigned()
-        deadline = time.monotonic() + max(timeout, 0)
+        deadline = self._policy.deadline(timeout)
         self._state.busy = True
         self._assignment.polled()
         try:
@@ -365,10 +364,11 @@ class AsyncConsumer:
                 async with self._db.connection() as conn:
                     while True:
                         messages = await self._claim(conn, max_messages)
-                        if messages or time.monotonic() >= deadline:
+                        wait = None if messages else self._policy.wait(deadline)
+                        if wait is None:
                             break
                         await conn.rollback()
-                        await self._wait_for_wakeup(min(deadline - time.monotonic(), POLL_INTERVAL))
+                        await self._wait_for_wakeup(wait)
                         await self._assignment.apply()
                     tp = messages[0].topic_partition if messages else None
                     yield AsyncBatch(messages, conn, tp)
@@ -404,7 +404,7 @@ class AsyncConsumer:
             ) from exc
 
     async def _claim(self, conn: psycopg.AsyncConnection[Any], limit: int) -> list[Message]:
-        order = self._state.rotated("claim")
+        order = self._policy.order(self._state.in_use(), "claim")
         if not order:
             return []
         cur = conn.cursor(binary=True)
@@ -467,5 +467,5 @@ class AsyncConsumer:
 
     async def _iterate(self) -> AsyncIterator[Message]:
         while not self._closed:
-            for message in await self.poll(timeout=POLL_INTERVAL):
+            for message in await self.poll(timeout=self._policy.poll_interval):
                 yield message

@@ -54,8 +54,8 @@ class Log:
 
     Composed of a topic metadata cache, an appender (the write path), an admin (topics,
     groups, retention) and the dead letters; producers and consumers it makes share them.
-    The methods are the client's log methods (``AsyncClient`` documents each); the client
-    only delegates to them.
+    The methods are the client's log methods: the client delegates to them (``_delegate.py``),
+    so ``help(client.publish)`` shows this class's docstrings.
 
         log = client.log
         await log.publish("orders", b"...")
@@ -95,6 +95,13 @@ class Log:
         group_ttl: timedelta | None = None,
         if_not_exists: bool = False,
     ) -> bool:
+        """Create a topic; returns True. Raises :class:`TopicExists` if the name is taken, or
+        with ``if_not_exists=True`` returns False and changes nothing (the existing topic keeps
+        its settings), so a script can run twice.
+
+        ``max_lag`` (messages, off by default) refuses writes with :class:`BacklogFull` while
+        the slowest active group of a partition is that far behind; ``group_ttl`` (default 7
+        days) is how long a group without members or commits stays active. docs/log.md."""
         return self.admin.create_topic(
             name, partitions, retention, max_lag, group_ttl, if_not_exists
         )
@@ -107,23 +114,38 @@ class Log:
         group_ttl: timedelta | None = UNSET,
         retention: timedelta | None = UNSET,
     ) -> None:
+        """Change a topic's ``max_lag``, ``group_ttl`` or ``retention`` (None: off / the
+        default / keep every message). Arguments left out stay as they are."""
         self.admin.alter_topic(name, max_lag, group_ttl, retention)
 
     def list_topics(self) -> list[TopicInfo]:
         return self.admin.list_topics()
 
     def describe_topic(self, name: str) -> TopicInfo:
+        """The topic with each partition's low/high-water marks, message count and bytes."""
         return self.admin.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
+        """Delete a topic with its messages and every group's cursors on it."""
         self.admin.delete_topic(name)
 
     def add_partitions(self, name: str, total: int) -> None:
+        """Grow the topic to ``total`` partitions (never fewer). Keys then map anew, as in Kafka."""
         self.admin.add_partitions(name, total)
 
     def apply_retention(
         self, *, group_expiry: timedelta = timedelta(days=7), batch_size: int = 10000
     ) -> int:
+        """Delete messages older than their topic's retention that every active group has read.
+
+        A group is active while it committed within ``group_expiry``; an expired group no longer
+        pins the log, and its lag then counts messages it will never see. Deletes at most
+        ``batch_size`` messages per partition per call, so each transaction stays short; returns
+        how many it deleted (call again while it returns a full batch). Running group members
+        do this (with the defaults) every 30 s by themselves (``connect(retention_interval=)``,
+        default ``POSTROOM_RETENTION_INTERVAL``), and VACUUM ``messages`` afterwards when
+        their role owns it; None or ``off`` turns that off (docs/log.md, "Retention").
+        """
         return self.admin.apply_retention(group_expiry, batch_size)
 
     # -- producing --------------------------------------------------------------------------
@@ -139,6 +161,16 @@ class Log:
         conn: object = None,
         timeout: float | None = None,
     ) -> Published:
+        """Write one message; with ``conn`` it commits or rolls back with the caller's work.
+
+        Returns ``Published(partition, offset)``. In the caller's transaction (``conn``) the
+        message is staged and takes its offset when that transaction commits, so ``offset``
+        is None; no counter row is locked before the commit, so concurrent transactions never
+        deadlock whatever partitions they publish to, in whatever order (docs/log.md).
+
+        On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
+        first waits up to ``timeout`` seconds for the slowest group to catch up (not with
+        ``conn``: the refusal aborts the caller's transaction)."""
         record = make_record(topic, value, key, headers, partition)
         return (self.appender.append([record], conn, timeout))[0]
 
@@ -157,6 +189,11 @@ class Log:
         conn: object = None,
         timeout: float | None = None,
     ) -> list[Published]:
+        """Write many messages in one transaction (the caller's, with ``conn``).
+
+        Each item is a value, or a mapping with ``value`` and optional ``key``, ``headers``,
+        ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
+        ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
         items = messages if isinstance(messages, list) else list(messages)
         if (
             items
@@ -181,6 +218,11 @@ class Log:
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         buffer_timeout: float | None = DEFAULT_BUFFER_TIMEOUT,
     ) -> Producer:
+        """A batching, non-transactional producer; see ``Producer``/``AsyncProducer``.
+        ``backlog_timeout``: how long a batch refused by ``max_lag`` is retried before its
+        futures fail with :class:`BacklogFull` (default: not retried). ``buffer_messages``,
+        ``buffer_bytes`` bound the sends not yet written: a ``send`` into a full buffer
+        waits, up to ``buffer_timeout`` seconds, then raises :class:`BufferFull`."""
         return Producer(
             self.appender,
             linger_ms=linger_ms,
@@ -206,6 +248,7 @@ class Log:
         on_assign: Callable[[set[TopicPartition]], Any] | None = None,
         on_revoke: Callable[[set[TopicPartition]], Any] | None = None,
     ) -> Consumer:
+        """A member of ``group`` (manual ``partitions``: no membership); see ``AsyncConsumer``."""
         return Consumer(
             self._db,
             self.topics,
@@ -221,19 +264,32 @@ class Log:
         )
 
     def subscribe(
-        self, topics: str | Iterable[str], *, group: str, **options: Any
+        self, /, topics: str | Iterable[str], *, group: str, **options: Any
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        # ``self, /``: with ``**options``, mypy matches the client's delegate to this method
+        # only if ``self`` cannot be passed by name.
+        """Register a handler that ``runner()`` (or ``postroom run MODULE``) runs as members of
+        ``group``; returns it unchanged. Options: see ``postroom.log.subscription.Subscription``.
+
+            @client.subscribe("orders", group="billing", transactional=True)
+            async def bill(message, conn): ...
+        """
         return self.subscriptions.decorator(topics, group, options)
 
     def runner(self) -> Runner:
+        """A runner for the handlers registered with ``subscribe``; ``await runner.run()``."""
         return Runner(self, self.subscriptions.items)
 
     # -- dead letters -----------------------------------------------------------------------
 
     def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
+        """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
         return self.dead_letters.list(topic, limit)
 
     def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
+        """Publish ``topic``'s dead letters to their source again, each once and marked for the
+        group that failed on it (others pass over it); returns how many. ``group`` is the
+        replay's own cursor on the dead-letter topic."""
         return self.dead_letters.replay(topic, group)
 
     def dead_letter(
@@ -247,6 +303,12 @@ class Log:
         headers: Mapping[str, HeaderValue] | None = None,
         conn: object = None,
     ) -> bool:
+        """Publish ``message`` to its dead-letter topic (``topic``, default ``<topic>.dlq``,
+        created if missing) as ``group``'s failure, with the ``postroom-dlq-*`` headers
+        (docs/log.md) and ``headers``; with ``conn`` in the caller's transaction. One dead
+        letter per group and message: returns False, writing nothing, if one was written
+        already (by another process that handled the same message). The runner and the relay
+        call it; a hand-written consumer loop may too."""
         return self.dead_letters.write(message, group, error, attempts, topic, headers, conn)
 
     # -- groups -----------------------------------------------------------------------------
@@ -255,6 +317,7 @@ class Log:
         return self.admin.list_groups()
 
     def describe_group(self, group: str) -> GroupInfo:
+        """Per partition: committed offset, high-water mark, lag in messages and in seconds."""
         return self.admin.describe_group(group)
 
     def lag(self, group: str) -> int:
@@ -269,7 +332,11 @@ class Log:
         to: str | int | datetime,
         partition: int | None = None,
     ) -> dict[int, int]:
+        """Move a group's cursors on ``topic`` to ``"earliest"``, ``"latest"``, an offset, or the
+        first message at or after a datetime. Creates the cursors if the group is new. Returns
+        the new next offset per partition. Run it while the group's consumers are stopped."""
         return self.admin.reset_group(group, topic, to, partition)
 
     def delete_group(self, group: str) -> None:
+        """Forget a group's cursors; a consumer of that group then starts anew."""
         self.admin.delete_group(group)

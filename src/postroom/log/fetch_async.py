@@ -12,6 +12,7 @@ import psycopg
 
 from .._acompat import ABackground, AEvent, aoutcome
 from .._db_async import AsyncDatabase
+from .claim_policy import PREFETCH_SEND_WAIT, ClaimPolicy
 from .partitions import Assigned, PartitionState, id_arrays, row_ends
 from .reading import gc_paused, utc_timestamps
 
@@ -36,12 +37,15 @@ class _Prefetch:
 
 
 class AsyncFetcher:
-    """Fills the buffers of ``state`` from the database; one per consumer. ``drop()`` before
-    any change of position (a seek, a rewind), ``close()`` when the consumer closes."""
+    """Fills the buffers of ``state`` from the database, as the consumer's ``policy`` decides
+    (the partitions' order, when to prefetch: ``claim_policy.py``); one per consumer.
+    ``drop()`` before any change of position (a seek, a rewind), ``close()`` when the consumer
+    closes."""
 
-    def __init__(self, db: AsyncDatabase, state: PartitionState) -> None:
+    def __init__(self, db: AsyncDatabase, state: PartitionState, policy: ClaimPolicy) -> None:
         self._db = db
         self._state = state
+        self._policy = policy
         self._prefetch: _Prefetch | None = None
         self._background = ABackground("postroom-prefetch")
         self._closed = False
@@ -54,9 +58,9 @@ class AsyncFetcher:
     def _fetch_params(
         self, limit: int, max_bytes: int, ends: dict[tuple[int, int], int] | None = None
     ) -> tuple[list[Assigned], dict[str, Any]]:
-        """The partitions to fetch (in turn, see ``rotated``) and the query's parameters:
+        """The partitions to fetch (in turn: ``ClaimPolicy.order``) and the query's parameters:
         from each partition's position, or from where ``ends`` says its rows end."""
-        assigned = self._state.rotated("fetch")
+        assigned = self._policy.order(self._state.in_use(), "fetch")
         with self._state.lock:
             positions = [a.position for a in assigned]
         if ends is not None:
@@ -110,12 +114,14 @@ class AsyncFetcher:
     async def _prefetch_after(
         self, rows: list[tuple[Any, ...]], limit: int, max_bytes: int
     ) -> None:
-        """After a full batch of ``rows`` (a backlog), send the next fetch at once, from where
-        they end, before they are turned into messages: the server reads it while this
-        ``poll()`` builds and returns them and the application handles them (see
-        ``_Prefetch``). Its rows are used once every buffer is empty again, so its start is
-        then each partition's position, or it is dropped."""
-        if len(rows) < limit or self._closed or self._prefetch is not None:
+        """After a full batch of ``rows`` (a backlog: ``ClaimPolicy.prefetch``), send the next
+        fetch at once, from where they end, before they are turned into messages: the server
+        reads it while this ``poll()`` builds and returns them and the application handles
+        them (see ``_Prefetch``). Its rows are used once every buffer is empty again, so its
+        start is then each partition's position, or it is dropped."""
+        if not self._policy.prefetch(
+            len(rows), limit, in_flight=self._prefetch is not None, closed=self._closed
+        ):
             return
         assigned, params = self._fetch_params(limit, max_bytes, row_ends(rows))
         if not assigned:
@@ -125,12 +131,10 @@ class AsyncFetcher:
         prefetch = _Prefetch(dict(zip(keys, assigned, strict=True)), starts, limit, max_bytes)
         prefetch.worker = self._background.submit(self._run_prefetch, prefetch, params)
         self._prefetch = prefetch
-        # Let the prefetch send its query before the rows are turned into messages: that
-        # loop holds the GIL (the event loop, in the async consumer) for milliseconds, and
-        # the query would wait for it to end. Set just before the send, the event wakes this
-        # thread once the prefetch blocks on the server (or after 2 ms, if it was not
-        # scheduled: a busy machine).
-        await prefetch.sending.wait_timeout(0.002)
+        # Let the prefetch send its query before the rows are turned into messages (see
+        # PREFETCH_SEND_WAIT). Set just before the send, the event wakes this thread once the
+        # prefetch blocks on the server (or after the wait, if it was not scheduled).
+        await prefetch.sending.wait_timeout(PREFETCH_SEND_WAIT)
 
     async def _run_prefetch(self, prefetch: _Prefetch, params: dict[str, Any]) -> None:
         """The prefetch's query, and its rows made (not yet messages: that is left to the
@@ -146,12 +150,12 @@ class AsyncFetcher:
     async def _use_prefetch(self, limit: int, max_bytes: int) -> bool:
         """Buffer the prefetched rows (waiting for them if needed); whether any message came
         of them. False (fetch now) if there was none, it failed, it was sent for other limits,
-        or every partition it read moved meanwhile."""
+        (``ClaimPolicy.prefetch_fits``), or every partition it read moved meanwhile."""
         prefetch = await self.drop()
         if prefetch is None or prefetch.rows is None:
             return False
         rows, prefetch.rows = prefetch.rows, None
-        if (prefetch.limit, prefetch.max_bytes) != (limit, max_bytes):
+        if not self._policy.prefetch_fits((prefetch.limit, prefetch.max_bytes), (limit, max_bytes)):
             return False
         await self._prefetch_after(rows, limit, max_bytes)
         with gc_paused(self._db.options.pause_gc):  # as in fetch

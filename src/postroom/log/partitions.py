@@ -108,7 +108,6 @@ class PartitionState:
         self._refused: dict[tuple[int, int], tuple[int, int]] = {}
         self._revoked: set[TopicPartition] = set()  # left the state; on_revoke not yet called
         self.busy = False
-        self._rotation: dict[str, int] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -144,17 +143,6 @@ class PartitionState:
                     f"{self.member_id!r} of group {self.group!r}"
                 ) from None
             raise InvalidArgument(f"partition {tp} is not assigned to this consumer") from None
-
-    def rotated(self, counter: str) -> list[Assigned]:
-        """The partitions in use starting one further at each call with the same ``counter``,
-        so no partition is always served last."""
-        with self.lock:
-            items = list(self._assigned.values())
-        if not items:
-            return items
-        start = self._rotation.get(counter, 0) % len(items)
-        self._rotation[counter] = start + 1
-        return items[start:] + items[:start]
 
     def has_buffered(self) -> bool:
         return any(a.buffer for a in list(self._assigned.values()))
