@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import timedelta
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, InvalidName
 
 MAX_SECONDS = 100 * 365.25 * 86400
 """The longest duration (interval, delay, timeout, ...) accepted: 100 years."""
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def check_schema(schema: object) -> str:
+    """``schema`` if it is a legal postroom schema name; else :class:`InvalidName`."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidName(
+            f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
+            "not starting with a digit"
+        )
+    return schema
 
 
 def check_int(what: str, value: object, low: int, high: int | None = None, hint: str = "") -> int:

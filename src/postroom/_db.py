@@ -109,7 +109,7 @@ class Database:
                         raise
                     commit_or_unknown(pooled, committing)
                 finally:
-                    self.pool.putconn(pooled)
+                    return_connection(self.pool, pooled)
             return
         raw = caller_connection(conn)
         with translate_errors(self.schema, self.topic_names), server_side_binding(raw):
@@ -119,6 +119,16 @@ class Database:
                     yield raw, own
             else:
                 yield raw, False
+
+
+def return_connection(pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
+    """Give ``conn`` back to ``pool``. In asyncio, to the end even if the task is cancelled
+    meanwhile (the cancellation is raised after): psycopg_pool's return may wait (its lock,
+    the hand-over to a client waiting for a connection, a reset) and is not safe to interrupt.
+    Cancelled there, it lost the connection and the client it was handing it to, which then
+    waited out the pool's 30 s timeout: a relay stopped as its poll gave a connection back to
+    the commit waiting for it took 30 s to stop (tests/test_pool.py)."""
+    pool.putconn(conn)
 
 
 def commit_or_unknown(conn: psycopg.Connection[Any], committing: str | Callable[[], str]) -> None:

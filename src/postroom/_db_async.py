@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import select
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from time import monotonic
 from typing import Any
@@ -109,7 +110,7 @@ class AsyncDatabase:
                         raise
                     await commit_or_unknown(pooled, committing)
                 finally:
-                    await self.pool.putconn(pooled)
+                    await return_connection(self.pool, pooled)
             return
         raw = await caller_connection_async(conn)
         with translate_errors(self.schema, self.topic_names), server_side_binding(raw):
@@ -119,6 +120,51 @@ class AsyncDatabase:
                     yield raw, own
             else:
                 yield raw, False
+
+
+async def return_connection(pool: AsyncConnectionPool, conn: psycopg.AsyncConnection[Any]) -> None:
+    """Give ``conn`` back to ``pool``. In asyncio, to the end even if the task is cancelled
+    meanwhile (the cancellation is raised after): psycopg_pool's return may wait (its lock,
+    the hand-over to a client waiting for a connection, a reset) and is not safe to interrupt.
+    Cancelled there, it lost the connection and the client it was handing it to, which then
+    waited out the pool's 30 s timeout: a relay stopped as its poll gave a connection back to
+    the commit waiting for it took 30 s to stop (tests/test_pool.py)."""
+    if True:  # ASYNC
+        await _to_the_end(pool.putconn(conn))
+    else:
+        pool.putconn(conn)
+
+
+if True:  # ASYNC
+
+    async def _to_the_end(coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` to its end in this task, whatever cancels the task meanwhile; then
+        raise the cancellation, if any. Driven by hand (``send``), as a task drives it, so the
+        usual case, a return that never waits, costs no task and no loop round trip."""
+        cancelled: asyncio.CancelledError | None = None
+        while True:
+            try:
+                waited = coro.send(None)
+            except StopIteration:
+                break
+            except BaseException as exc:
+                if cancelled is not None:
+                    raise cancelled from exc  # the task's cancellation comes first
+                raise
+            # coro waits on ``waited``: an asyncio future, or None for a bare yield.
+            while True:
+                try:
+                    if waited is None:
+                        await asyncio.sleep(0)
+                    elif not waited.done():
+                        await asyncio.wait({waited})  # a cancellation of ours leaves it be
+                    break
+                except asyncio.CancelledError as exc:
+                    cancelled = exc
+                    if waited is None:
+                        break
+        if cancelled is not None:
+            raise cancelled
 
 
 async def commit_or_unknown(

@@ -6,17 +6,16 @@ postroom schema."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from ._checks import check_schema
 from ._db import Database, open_database
 from ._delegate import delegate
 from ._maintenance import UNSET as UNSET_OPTION
 from ._maintenance import client_options
 from ._schema import Schema
-from .errors import InvalidName
 from .log.engine import Log
 from .log.kafka.engine import open_kafka_log
 from .log.kafka.move import TopicMove, open_move
@@ -35,8 +34,6 @@ from .relay.records import RelayStatus
 from .relay.routing import event_record
 from .relay.sinks import Sink
 from .relay.status import relay_status as _relay_status
-
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 def connect(
@@ -71,11 +68,7 @@ def connect(
     if is_kafka_url(target):
         engine = open_kafka_log(str(target))
         return Client(NoDatabase(engine), serializer=serializer, log=engine)  # type: ignore[arg-type]
-    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
-        raise InvalidName(
-            f"invalid schema name {schema!r}: use 1-63 characters from A-Z a-z 0-9 _, "
-            "not starting with a digit"
-        )
+    check_schema(schema)
     return Client(
         open_database(
             url, schema, min_size, max_size, client_options(retention_interval, pause_gc)

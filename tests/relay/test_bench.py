@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from postroom.benchmarks import relay as relay_bench
@@ -24,6 +26,9 @@ def test_tiny_relay_benchmark_reports_every_figure(dsn: str, broker: str) -> Non
     assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
     assert result["kafka_relay"]["steady_rate"] > 0
     assert result["kafka_relay"]["raw_ratio"] > 0
+    raw = result["kafka_raw"]  # its own process, timed from its start as the relay's is
+    assert 0 < raw["startup_seconds"] < raw["seconds"]
+    assert raw["steady_rate"] > raw["rate"] > 0
     kafka_latency = result["kafka_latency"]
     for side in ("raw", "relay"):
         assert kafka_latency[side]["received"] == kafka_latency[side]["sent"] == 25, side
@@ -34,3 +39,38 @@ def test_tiny_relay_benchmark_reports_every_figure(dsn: str, broker: str) -> Non
         "latency_p99",
         "kafka_latency_p99_vs_raw",
     }
+
+
+def test_the_raw_producer_process_sends_what_the_relay_sends(broker: str) -> None:
+    """The raw reference of the Kafka phase (a process of its own): every record
+    acknowledged, each key on the partition the relay's Kafka sink gives it."""
+    import confluent_kafka
+
+    import postroom
+    from postroom.benchmarks.relay_kafka import CONSUMER, create_kafka_topic, measure_kafka_raw
+
+    from .helpers import unique
+
+    topic = unique("raw")
+    create_kafka_topic(broker, topic, 4)
+    figures = measure_kafka_raw(broker, topic, 200, 10, 7)
+    assert figures["messages"] == 200
+    assert 0 < figures["startup_seconds"] < figures["seconds"]
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": broker, "group.id": unique("check"), **CONSUMER}
+    )
+    consumer.subscribe([topic])
+    received: list[Any] = []
+    try:
+        for _ in range(300):  # each consume() waits for messages: no sleep
+            received += [m for m in consumer.consume(200, timeout=0.2) if m.error() is None]
+            if len(received) >= 200:
+                break
+    finally:
+        consumer.close()
+    assert len(received) == 200
+    for message in received:
+        key = message.key()
+        assert message.partition() == postroom.partition_for_key(key, 4), key
+        assert message.value() == b"x" * 10
+        assert dict(message.headers())["postroom-id"].startswith(b"raw/")

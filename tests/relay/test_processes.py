@@ -92,6 +92,40 @@ def test_cli_relay_stops_on_sigterm_and_reports_status(
     assert "relay.cli" in table.stdout
 
 
+def test_cli_relay_opens_no_client_of_its_own(
+    client: postroom.Client, dsn: str, prefix: str
+) -> None:
+    """``postroom relay`` opens only the relay's pool: a client's sync pool, opened and closed
+    unused, cost a connection and a round trip at every start (bench/RESULTS.md)."""
+    client.create_topic("orders")
+    client.publish("orders", {"seq": 0, "key": 0})
+    no_client = (
+        "import postroom; postroom.connect = None; from postroom.cli.main import main; main()"
+    )
+    proc = subprocess.Popen(
+        [
+            CLI[0],
+            "-c",
+            no_client,
+            "--url",
+            dsn,
+            "relay",
+            "orders",
+            "--to",
+            f"{REDIS}?prefix={prefix}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: stream_length(prefix + "orders") >= 1 or proc.poll() is not None)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "1 delivered" in err
+
+
 def test_cli_bad_input_is_one_line(client: postroom.Client, dsn: str) -> None:
     client.create_topic("orders")
     for args, expected in [

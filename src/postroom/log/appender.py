@@ -17,7 +17,7 @@ import psycopg
 
 from .._acompat import sleep
 from .._checks import check_timeout
-from .._db import Database
+from .._db import Database, return_connection
 from ..errors import BacklogFull, InvalidArgument, TopicNotFound
 from .copydata import copy_data, copy_values
 from .errors import describe_write, log_errors
@@ -100,7 +100,7 @@ class Appender:
             pass
         finally:
             for conn in held:
-                pool.putconn(conn)
+                return_connection(pool, conn)
 
     def next_sticky(self, partitions: int) -> int:
         """The next sticky partition of a topic of ``partitions`` partitions."""

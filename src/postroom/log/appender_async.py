@@ -15,7 +15,7 @@ import psycopg
 
 from .._acompat import asleep
 from .._checks import check_timeout
-from .._db_async import AsyncDatabase
+from .._db_async import AsyncDatabase, return_connection
 from ..errors import BacklogFull, InvalidArgument, TopicNotFound
 from .copydata import copy_data, copy_values
 from .errors import describe_write, log_errors
@@ -98,7 +98,7 @@ class AsyncAppender:
             pass
         finally:
             for conn in held:
-                await pool.putconn(conn)
+                await return_connection(pool, conn)
 
     def next_sticky(self, partitions: int) -> int:
         """The next sticky partition of a topic of ``partitions`` partitions."""

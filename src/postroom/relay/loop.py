@@ -20,6 +20,7 @@ import logging
 import signal
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
@@ -400,6 +401,15 @@ async def _cancel(task: asyncio.Task[Any]) -> None:
         task.exception()  # retrieved: an error of a poll given up is not the loop's concern
 
 
+@dataclass(frozen=True)
+class RelaySource:
+    """What :class:`Relay` needs of a client: its database's URL and schema (the relay opens
+    its own pool on them). ``postroom relay`` passes one, and opens no client of its own."""
+
+    conninfo: str
+    schema: str
+
+
 class Relay:
     """The sync face of :class:`AsyncRelay`: ``run()`` blocks, running the relay loop on an
     event loop of its own with its own async connection pool (same URL and schema as the
@@ -411,7 +421,11 @@ class Relay:
     """
 
     def __init__(
-        self, engine: Log, topics: str | Iterable[str], sink: Sink | str, **options: Any
+        self,
+        engine: Log | RelaySource,
+        topics: str | Iterable[str],
+        sink: Sink | str,
+        **options: Any,
     ) -> None:
         self._engine = engine
         self._topics = topics
