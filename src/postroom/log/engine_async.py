@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import _tracing
 from .._db_async import AsyncDatabase
 from .admin_async import AsyncLogAdmin
 from .appender_async import AsyncAppender
@@ -42,6 +43,7 @@ from .records import (
     batch_record,
     check_name,
     make_record,
+    traced_records,
 )
 from .runner_async import AsyncRunner
 from .subscription import Subscriptions
@@ -137,6 +139,15 @@ class AsyncLog:
         conn: object = None,
         timeout: float | None = None,
     ) -> Published:
+        if _tracing.ENABLED:
+            with _tracing.sending(topic) as span:
+                if span is not None:
+                    headers = _tracing.carry(span, headers)
+                record = make_record(topic, value, key, headers, partition)
+                published = (await self.appender.append([record], conn, timeout))[0]
+                if span is not None:
+                    _tracing.published(span, published)
+                return published
         record = make_record(topic, value, key, headers, partition)
         return (await self.appender.append([record], conn, timeout))[0]
 
@@ -145,6 +156,16 @@ class AsyncLog:
     ) -> list[Published]:
         """Write records already made (``make_record``) in one transaction (the caller's,
         with ``conn``)."""
+        if _tracing.ENABLED and records:
+            with _tracing.sending(
+                records[0].topic, messaging__batch__message_count=_tracing.batch(records)
+            ) as span:
+                if span is not None:
+                    records = traced_records(records, _tracing.carry(span, None))
+                published = await self.appender.append(records, conn, timeout)
+                if span is not None and len(published) == 1:
+                    _tracing.published(span, published[0])
+                return published
         return await self.appender.append(records, conn, timeout)
 
     async def publish_batch(
@@ -156,6 +177,14 @@ class AsyncLog:
         timeout: float | None = None,
     ) -> list[Published]:
         items = messages if isinstance(messages, list) else list(messages)
+        if _tracing.ENABLED and items:
+            with _tracing.sending(
+                topic, messaging__batch__message_count=_tracing.batch(items)
+            ) as span:
+                if span is not None:
+                    context = _tracing.carry(span, None)
+                    records = [batch_record(topic, item, context) for item in items]
+                    return await self.appender.append(records, conn, timeout)
         if (
             items
             and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)
