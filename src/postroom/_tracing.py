@@ -14,13 +14,14 @@ globally configured propagator) in message headers and in a job's ``meta``:
 - ``send <destination>`` (PRODUCER) per message the relay hands to its sink: a child of the
   message's creation context, whose own context goes on in the sink's headers.
 
-Without an SDK (the API's no-op tracer) spans are not recorded; a context that arrives in a
-header still passes through a handler or a job to what they publish, as OpenTelemetry's own
-instrumentations do, and a send outside any trace writes no header at all.
+Without an SDK (only the API's no-op tracer provider) nothing is recorded, so postroom does
+no work either: ``recording()`` says so for the price of a clock read, and no span, header or
+job metadata is made (a header that arrived still passes through the relay as any header).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -46,12 +47,37 @@ PROVIDER: Any = None
 """A tracer provider that stands in for the global one (``use_provider``), or None."""
 
 
+RECHECK_SECONDS = 1.0
+"""How often ``recording()`` looks again for a tracer provider while there is none."""
+_recording = False
+_recheck_at = 0.0
+
+
 def use_provider(provider: Any) -> None:
     """Make spans with ``provider`` rather than the global tracer provider (None: the global
     one again). For tests: OpenTelemetry lets a process set its global provider once."""
-    global TRACER, PROVIDER
+    global TRACER, PROVIDER, _recording, _recheck_at
     PROVIDER = provider
     TRACER = _trace.get_tracer("postroom") if provider is None else provider.get_tracer("postroom")
+    _recording, _recheck_at = provider is not None, 0.0
+
+
+def recording() -> bool:
+    """Whether spans are recorded: a tracer provider other than the API's default is set (an
+    SDK's). Every span and header waits on it, so it is cheap: once one is set it stays (the
+    global provider is set once a process), and while none is, the look (``os.environ`` is
+    read) is taken again at most every ``RECHECK_SECONDS``: a provider set after postroom's
+    first send is seen within that."""
+    global _recording, _recheck_at
+    if _recording:
+        return True
+    now = time.monotonic()
+    if now < _recheck_at:
+        return False
+    _recheck_at = now + RECHECK_SECONDS
+    provider = PROVIDER or _trace.get_tracer_provider()
+    _recording = not isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
+    return _recording
 
 
 class _HeaderGetter(_GetterBase):  # type: ignore[misc]
@@ -88,22 +114,16 @@ def _attributes(destination: str, operation: str, **more: Any) -> dict[str, Any]
     return attributes
 
 
-def _kept(span: Any) -> Any:
-    """``span``, or None when it would be a no-op: not recorded, and no trace to carry."""
-    if span.is_recording() or span.get_span_context().is_valid:
-        return span
-    return None
-
-
 def start_send(destination: str, **attributes: Any) -> Any:
-    """A PRODUCER span ``send <destination>``, not current; None if there is nothing to carry
-    (no SDK and no trace around). The caller ends it (``ending``)."""
-    span = TRACER.start_span(
+    """A PRODUCER span ``send <destination>``, not current; None if nothing is recorded (no
+    SDK). The caller ends it (``ending``)."""
+    if not recording():
+        return None
+    return TRACER.start_span(
         f"send {destination}",
         kind=_trace.SpanKind.PRODUCER,
         attributes=_attributes(destination, "send", **attributes),
     )
-    return _kept(span)
 
 
 def carry(span: Any, headers: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -133,17 +153,20 @@ def ending(span: Any) -> Iterator[Any]:
 
 
 def fail(span: Any, exc: BaseException) -> None:
+    """Record ``exc`` on ``span``, with status ERROR."""
     span.record_exception(exc)
     span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
 @contextmanager
 def sending(destination: str, **attributes: Any) -> Iterator[Any]:
-    """A ``send <destination>`` span, current in the block (None when it would be a no-op)."""
-    span = start_send(destination, **attributes)
-    if span is None:
-        yield None
-        return
+    """A ``send <destination>`` span, current in the block; the caller checked
+    ``recording()``."""
+    span = TRACER.start_span(
+        f"send {destination}",
+        kind=_trace.SpanKind.PRODUCER,
+        attributes=_attributes(destination, "send", **attributes),
+    )
     with ending(span), _trace.use_span(span, end_on_exit=False, record_exception=False):
         yield span
 
@@ -170,7 +193,7 @@ def processing(
 ) -> Iterator[Any]:
     """A CONSUMER span ``process <destination>`` current in the block: a child of the context
     in ``headers`` (the message's or job's creation) and linked to it. An error that leaves
-    the block is recorded on it."""
+    the block is recorded on it. The caller checked ``recording()``."""
     parent = creation_context(headers)
     span = TRACER.start_span(
         f"process {destination}",
@@ -205,7 +228,7 @@ def processing_batch(
 
 def received(messages: list[Any], group: str | None) -> None:
     """Record a poll: one CONSUMER span ``receive <topic>`` per topic among ``messages``,
-    linked to each message's creation context. Not made without an SDK (nothing to carry)."""
+    linked to each message's creation context. The caller checked ``recording()``."""
     by_topic: dict[str, list[Any]] = {}
     for message in messages:
         by_topic.setdefault(message.topic, []).append(message)
@@ -232,13 +255,6 @@ def message_attributes(message: Any, group: str | None) -> dict[str, Any]:
         "messaging__message__id": message.id,
         "messaging__consumer__group__name": group,
     }
-
-
-def recording() -> bool:
-    """Whether spans are recorded (a tracer provider other than the API's default is set): a
-    poll's ``receive`` span and its links are made only then."""
-    provider = PROVIDER or _trace.get_tracer_provider()
-    return not isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
 
 
 def batch(items: list[Any]) -> int | None:

@@ -73,7 +73,9 @@ def test_a_batch_shares_one_enqueue_span_and_the_rest_of_the_transaction_has_non
     with psycopg.connect(dsn) as conn:
         jobs = client.enqueue_batch([k.prepare(n=1), k.prepare(n=2)], conn=conn)
         # Enqueued with SQL in the same transaction, after: the meta was cleared.
-        (plain,) = conn.execute("SELECT postroom.enqueue('k', '{\"n\": 3}'::jsonb)").fetchone()
+        row = conn.execute("SELECT postroom.enqueue('k', '{\"n\": 3}'::jsonb)").fetchone()
+        assert row is not None
+        plain = row[0]
     batch = spans.one("send default")
     assert batch.attributes["messaging.batch.message_count"] == 2
     assert [job_meta(dsn, job.id) for job in jobs] == [{"traceparent": traceparent(batch)}] * 2

@@ -141,14 +141,11 @@ class Log:
         conn: object = None,
         timeout: float | None = None,
     ) -> Published:
-        if _tracing.ENABLED:
+        if _tracing.ENABLED and _tracing.recording():
             with _tracing.sending(topic) as span:
-                if span is not None:
-                    headers = _tracing.carry(span, headers)
-                record = make_record(topic, value, key, headers, partition)
+                record = make_record(topic, value, key, _tracing.carry(span, headers), partition)
                 published = (self.appender.append([record], conn, timeout))[0]
-                if span is not None:
-                    _tracing.published(span, published)
+                _tracing.published(span, published)
                 return published
         record = make_record(topic, value, key, headers, partition)
         return (self.appender.append([record], conn, timeout))[0]
@@ -158,14 +155,13 @@ class Log:
     ) -> list[Published]:
         """Write records already made (``make_record``) in one transaction (the caller's,
         with ``conn``)."""
-        if _tracing.ENABLED and records:
+        if _tracing.ENABLED and records and _tracing.recording():
             with _tracing.sending(
                 records[0].topic, messaging__batch__message_count=_tracing.batch(records)
             ) as span:
-                if span is not None:
-                    records = traced_records(records, _tracing.carry(span, None))
+                records = traced_records(records, _tracing.carry(span, None))
                 published = self.appender.append(records, conn, timeout)
-                if span is not None and len(published) == 1:
+                if len(published) == 1:
                     _tracing.published(span, published[0])
                 return published
         return self.appender.append(records, conn, timeout)
@@ -179,14 +175,13 @@ class Log:
         timeout: float | None = None,
     ) -> list[Published]:
         items = messages if isinstance(messages, list) else list(messages)
-        if _tracing.ENABLED and items:
+        if _tracing.ENABLED and items and _tracing.recording():
             with _tracing.sending(
                 topic, messaging__batch__message_count=_tracing.batch(items)
             ) as span:
-                if span is not None:
-                    context = _tracing.carry(span, None)
-                    records = [batch_record(topic, item, context) for item in items]
-                    return self.appender.append(records, conn, timeout)
+                context = _tracing.carry(span, None)
+                records = [batch_record(topic, item, context) for item in items]
+                return self.appender.append(records, conn, timeout)
         if (
             items
             and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)

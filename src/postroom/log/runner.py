@@ -201,7 +201,7 @@ class Runner:
         self, sub: Subscription, message: Message, conn: psycopg.Connection[Any] | None
     ) -> None:
         args: tuple[Any, ...] = (message,) if conn is None else (message, conn)
-        if _tracing.ENABLED:
+        if _tracing.ENABLED and _tracing.recording():
             with _tracing.processing(
                 message.topic, message.headers, **_tracing.message_attributes(message, sub.group)
             ) as span:
@@ -218,7 +218,7 @@ class Runner:
         self, sub: Subscription, messages: list[Message], batch: Batch | None
     ) -> None:
         conn = None if batch is None else batch.connection
-        if _tracing.ENABLED:
+        if _tracing.ENABLED and _tracing.recording():
             with _tracing.processing_batch(
                 messages[0].topic,
                 (m.headers for m in messages),

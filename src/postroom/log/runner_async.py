@@ -203,7 +203,7 @@ class AsyncRunner:
         self, sub: Subscription, message: Message, conn: psycopg.AsyncConnection[Any] | None
     ) -> None:
         args: tuple[Any, ...] = (message,) if conn is None else (message, conn)
-        if _tracing.ENABLED:
+        if _tracing.ENABLED and _tracing.recording():
             with _tracing.processing(
                 message.topic, message.headers, **_tracing.message_attributes(message, sub.group)
             ) as span:
@@ -220,7 +220,7 @@ class AsyncRunner:
         self, sub: Subscription, messages: list[Message], batch: AsyncBatch | None
     ) -> None:
         conn = None if batch is None else batch.connection
-        if _tracing.ENABLED:
+        if _tracing.ENABLED and _tracing.recording():
             with _tracing.processing_batch(
                 messages[0].topic,
                 (m.headers for m in messages),

@@ -74,7 +74,7 @@ class Runner:
         return prepared
 
     def execute(self, job: Claimed) -> Outcome:
-        if _tracing.ENABLED and (job.meta is not None or _tracing.recording()):
+        if _tracing.ENABLED and _tracing.recording():
             with _tracing.processing(
                 job.queue, job.meta, **_tracing.job_attributes(job, self._worker)
             ) as span:
