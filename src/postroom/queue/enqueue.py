@@ -148,7 +148,7 @@ class Enqueuer:
         """The wake-up hint for idle workers (delivered at commit), and the commit when the
         transaction is ours and no taken key is left to look up once the rows are in (in a
         pipeline it goes out with the inserts: one round trip in all). A traced enqueue
-        clears the metadata it set (``_traced``) first: the rest of a caller's transaction
+        clears the metadata ``_write`` set first: the rest of a caller's transaction
         enqueues without it."""
         if span is not None:
             conn.execute(self.db.q("set_job_meta"), {"meta": ""})
