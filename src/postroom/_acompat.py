@@ -372,7 +372,11 @@ class AJobCall:
         if not coroutine:
             self._thread_call = JobCall(self._func, self._kwargs, self._timeout)
             executor = None if self._threads is None else self._threads.executor
-            return await asyncio.get_running_loop().run_in_executor(executor, self._thread_call.run)
+            # In a copy of this context, as asyncio.to_thread: the job sees the slot's context
+            # variables (the span of its run, _tracing.py), as a job of the sync twin does.
+            return await asyncio.get_running_loop().run_in_executor(
+                executor, contextvars.copy_context().run, self._thread_call.run
+            )
         if self._timeout is None:
             return await self._run_inline()
         task = self._task = asyncio.get_running_loop().create_task(self._func(**self._kwargs))

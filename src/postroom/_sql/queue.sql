@@ -40,6 +40,11 @@ FROM {schema}.enqueue_job(%(kind)s, %(args)s::jsonb, %(queue)s, %(priority)s, %(
                           %(delay)s, %(max_attempts)s, %(unique_key)s, %(after)s::bigint[],
                           %(sequence)s, %(on_parent_failure)s);
 
+-- name: set_job_meta
+-- Sets the metadata the jobs inserted next in this transaction get (the jobs.meta column's
+-- default, migration 0035; '' clears it); no locks.
+SELECT set_config('postroom.job_meta', %(meta)s, true);
+
 -- name: pause_queue
 -- Pauses one queue (row lock on its queue_pauses row); false if it was paused already.
 SELECT {schema}.pause_queue(%(queue)s);
@@ -61,9 +66,10 @@ SELECT parent_id FROM {schema}.job_dependencies WHERE job_id = %(id)s ORDER BY p
 -- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist). Sorted in
 -- claim order: UPDATE ... RETURNING gives rows in the order it wrote them, and the worker
 -- starts a prefetched batch in the order it comes. The arguments come as JSON text: the
--- worker decodes them once, in the slot that runs the job (Serializer.loads).
+-- worker decodes them once, in the slot that runs the job (Serializer.loads). meta: the
+-- job's metadata (migration 0035: the trace context of its enqueue), NULL for most jobs.
 SELECT id, queue, kind, args::text, attempts, max_attempts, created_at, run_at,
-       claim_token::text
+       claim_token::text, meta
 FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval)
 ORDER BY priority, run_at, id;
 

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
+from .. import _tracing
 from .._acompat import Event
 from .._checks import check_int
 from .._db import Database
@@ -198,6 +199,8 @@ class Consumer:
                 self._fetcher.fill(max_messages, max_bytes)
             taken = self._state.take(max_messages) if self._assignment.session_live() else []
             if taken:
+                if _tracing.ENABLED and _tracing.recording():
+                    _tracing.received(taken, self.group)
                 return taken
             wait = self._policy.wait(deadline)
             if wait is None:

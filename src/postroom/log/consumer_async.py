@@ -13,6 +13,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
+from .. import _tracing
 from .._acompat import AEvent
 from .._checks import check_int
 from .._db_async import AsyncDatabase
@@ -196,6 +197,8 @@ class AsyncConsumer:
                 await self._fetcher.fill(max_messages, max_bytes)
             taken = self._state.take(max_messages) if self._assignment.session_live() else []
             if taken:
+                if _tracing.ENABLED and _tracing.recording():
+                    _tracing.received(taken, self.group)
                 return taken
             wait = self._policy.wait(deadline)
             if wait is None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import _tracing
 from .._db import Database
 from .admin import LogAdmin
 from .appender import Appender
@@ -44,6 +45,7 @@ from .records import (
     batch_record,
     check_name,
     make_record,
+    traced_records,
 )
 from .runner import Runner
 from .subscription import Subscriptions
@@ -171,6 +173,12 @@ class Log:
         On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
         first waits up to ``timeout`` seconds for the slowest group to catch up (not with
         ``conn``: the refusal aborts the caller's transaction)."""
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.sending(topic) as span:
+                record = make_record(topic, value, key, _tracing.carry(span, headers), partition)
+                published = (self.appender.append([record], conn, timeout))[0]
+                _tracing.published(span, published)
+                return published
         record = make_record(topic, value, key, headers, partition)
         return (self.appender.append([record], conn, timeout))[0]
 
@@ -179,6 +187,15 @@ class Log:
     ) -> list[Published]:
         """Write records already made (``make_record``) in one transaction (the caller's,
         with ``conn``)."""
+        if _tracing.ENABLED and records and _tracing.recording():
+            with _tracing.sending(
+                records[0].topic, messaging__batch__message_count=_tracing.batch(records)
+            ) as span:
+                records = traced_records(records, _tracing.carry(span, None))
+                published = self.appender.append(records, conn, timeout)
+                if len(published) == 1:
+                    _tracing.published(span, published[0])
+                return published
         return self.appender.append(records, conn, timeout)
 
     def publish_batch(
@@ -195,6 +212,13 @@ class Log:
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
         ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
         items = messages if isinstance(messages, list) else list(messages)
+        if _tracing.ENABLED and items and _tracing.recording():
+            with _tracing.sending(
+                topic, messaging__batch__message_count=_tracing.batch(items)
+            ) as span:
+                context = _tracing.carry(span, None)
+                records = [batch_record(topic, item, context) for item in items]
+                return self.appender.append(records, conn, timeout)
         if (
             items
             and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from .. import _tracing
 from .._db_async import AsyncDatabase
 from .admin_async import AsyncLogAdmin
 from .appender_async import AsyncAppender
@@ -42,6 +43,7 @@ from .records import (
     batch_record,
     check_name,
     make_record,
+    traced_records,
 )
 from .runner_async import AsyncRunner
 from .subscription import Subscriptions
@@ -169,6 +171,12 @@ class AsyncLog:
         On a topic with ``max_lag`` whose backlog is full this raises :class:`BacklogFull`, or
         first waits up to ``timeout`` seconds for the slowest group to catch up (not with
         ``conn``: the refusal aborts the caller's transaction)."""
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.sending(topic) as span:
+                record = make_record(topic, value, key, _tracing.carry(span, headers), partition)
+                published = (await self.appender.append([record], conn, timeout))[0]
+                _tracing.published(span, published)
+                return published
         record = make_record(topic, value, key, headers, partition)
         return (await self.appender.append([record], conn, timeout))[0]
 
@@ -177,6 +185,15 @@ class AsyncLog:
     ) -> list[Published]:
         """Write records already made (``make_record``) in one transaction (the caller's,
         with ``conn``)."""
+        if _tracing.ENABLED and records and _tracing.recording():
+            with _tracing.sending(
+                records[0].topic, messaging__batch__message_count=_tracing.batch(records)
+            ) as span:
+                records = traced_records(records, _tracing.carry(span, None))
+                published = await self.appender.append(records, conn, timeout)
+                if len(published) == 1:
+                    _tracing.published(span, published[0])
+                return published
         return await self.appender.append(records, conn, timeout)
 
     async def publish_batch(
@@ -193,6 +210,13 @@ class AsyncLog:
         ``partition``. Unkeyed messages share one partition per call. ``timeout``: as in
         ``publish`` (admission control). With ``conn``, offsets are None (as in ``publish``)."""
         items = messages if isinstance(messages, list) else list(messages)
+        if _tracing.ENABLED and items and _tracing.recording():
+            with _tracing.sending(
+                topic, messaging__batch__message_count=_tracing.batch(items)
+            ) as span:
+                context = _tracing.carry(span, None)
+                records = [batch_record(topic, item, context) for item in items]
+                return await self.appender.append(records, conn, timeout)
         if (
             items
             and all(type(item) is bytes and len(item) <= MAX_VALUE_BYTES for item in items)

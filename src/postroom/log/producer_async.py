@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, cast
 
+from .. import _tracing
 from .._acompat import (
     ACondition,
     ALock,
@@ -148,60 +149,90 @@ class AsyncProducer:
         headers: Mapping[str, HeaderValue] | None = None,
         partition: int | None = None,
     ) -> ASendFuture[Published]:
-        item: bytes | Record
-        if (
-            type(value) is bytes
-            and key is None
-            and headers is None
-            and partition is None
-            and type(topic) is str
-            and topic in _CHECKED_TOPICS
-            and len(value) <= MAX_VALUE_BYTES
-        ):
-            item = value  # the common case: nothing to encode or check again
-            size = len(value)
-            plain = True
-        else:
-            plain = False
-            item = make_record(topic, value, key, headers, partition)
-            if partition is not None:
-                await self._appender.check_partition(item)
-            size = buffered_size(item)
-        async with self._buffer_lock:
-            if self._closed:
-                raise ProducerClosed("send() on a closed producer")
-            if self._pending and (
-                self._pending >= self._buffer_messages
-                or self._pending_bytes + size > self._buffer_bytes
+        span = None
+        if _tracing.ENABLED:
+            # A span for the send itself (to the buffer): the batch is written later, by the
+            # writer, and its outcome is the future's.
+            span = _tracing.start_send(topic)
+            if span is not None:
+                headers = _tracing.carry(span, headers)
+        try:
+            item: bytes | Record
+            if (
+                type(value) is bytes
+                and key is None
+                and headers is None
+                and partition is None
+                and type(topic) is str
+                and topic in _CHECKED_TOPICS
+                and len(value) <= MAX_VALUE_BYTES
             ):
-                await self._wait_for_space(size)
-            chunks = self._chunks
-            if chunks and len(chunks[-1].items) < self._batch_size:
-                chunk = chunks[-1]
+                item = value  # the common case: nothing to encode or check again
+                size = len(value)
+                plain = True
             else:
-                chunk = _Chunk()
-                chunks.append(chunk)
-            chunk.topics.append(topic)
-            chunk.items.append(item)
-            future: ASendFuture[Published] = chunk.sends.new()
-            chunk.size += size
-            if not plain:
-                chunk.records += 1
-            self._pending_bytes += size
-            self._pending += 1
-            pending = self._pending
-        if pending in self._wake_at:
-            # Wake the writer (BatchPolicy.wake_points). Waking needs ``_cond``, under which
-            # the writer checks the lists before it waits, so this notification cannot fall
-            # between its check and its wait.
-            async with self._cond:
-                if not self._workers:
-                    self._workers = [
-                        aspawn(self._run, i, name=f"postroom-producer-{i}")
-                        for i in range(MAX_IN_FLIGHT)
-                    ]
-                self._cond.notify_all()
-        return future
+                plain = False
+                item = await self._record(topic, value, key, headers, partition)
+                size = buffered_size(item)
+            async with self._buffer_lock:
+                if self._closed:
+                    raise ProducerClosed("send() on a closed producer")
+                if self._pending and (
+                    self._pending >= self._buffer_messages
+                    or self._pending_bytes + size > self._buffer_bytes
+                ):
+                    await self._wait_for_space(size)
+                chunks = self._chunks
+                if chunks and len(chunks[-1].items) < self._batch_size:
+                    chunk = chunks[-1]
+                else:
+                    chunk = _Chunk()
+                    chunks.append(chunk)
+                chunk.topics.append(topic)
+                chunk.items.append(item)
+                future: ASendFuture[Published] = chunk.sends.new()
+                chunk.size += size
+                if not plain:
+                    chunk.records += 1
+                self._pending_bytes += size
+                self._pending += 1
+                pending = self._pending
+            if pending in self._wake_at:
+                await self._wake_writers()
+            return future
+        except BaseException as exc:
+            if span is not None:
+                _tracing.fail(span, exc)
+            raise
+        finally:
+            if span is not None:
+                span.end()
+
+    async def _record(
+        self,
+        topic: str,
+        value: Value,
+        key: bytes | str | None,
+        headers: Mapping[str, HeaderValue] | None,
+        partition: int | None,
+    ) -> Record:
+        """The checked record of a send that is not plain bytes alone."""
+        record = make_record(topic, value, key, headers, partition)
+        if partition is not None:
+            await self._appender.check_partition(record)
+        return record
+
+    async def _wake_writers(self) -> None:
+        """Wake the writer (BatchPolicy.wake_points; started at the first send). Waking needs
+        ``_cond``, under which the writer checks the lists before it waits, so this
+        notification cannot fall between its check and its wait."""
+        async with self._cond:
+            if not self._workers:
+                self._workers = [
+                    aspawn(self._run, i, name=f"postroom-producer-{i}")
+                    for i in range(MAX_IN_FLIGHT)
+                ]
+            self._cond.notify_all()
 
     async def _wait_for_space(self, size: int) -> None:
         """Wait, ``_buffer_lock`` held, until a send of ``size`` bytes fits in the buffer."""

@@ -432,18 +432,27 @@ def make_record(
     )
 
 
-def batch_record(topic: str, item: Any) -> Record:
+def batch_record(topic: str, item: Any, trace: Mapping[str, str] | None = None) -> Record:
     """One item of ``publish_batch``: a value, or a mapping with ``value`` and optional ``key``,
-    ``headers``, ``partition``."""
+    ``headers``, ``partition``. ``trace``: trace context headers to add (_tracing.py)."""
     if type(item) is bytes:  # skips isinstance(item, Mapping), an ABC check: slow per item
-        return make_record(topic, item)
+        return make_record(topic, item, headers=trace)
     if isinstance(item, Mapping) and "value" in item:
         extra = set(item) - {"value", "key", "headers", "partition"}
         if extra:
             raise InvalidArgument(
                 f"unknown message fields {sorted(extra)}: use value, key, headers, partition"
             )
-        return make_record(
-            topic, item["value"], item.get("key"), item.get("headers"), item.get("partition")
-        )
-    return make_record(topic, item)
+        headers = item.get("headers")
+        if trace:
+            headers = {**(headers or {}), **trace}
+        return make_record(topic, item["value"], item.get("key"), headers, item.get("partition"))
+    return make_record(topic, item, headers=trace)
+
+
+def traced_records(records: list[Record], trace: Mapping[str, str]) -> list[Record]:
+    """``records`` with the trace context headers ``trace`` added (str values: the encoded
+    form is the same)."""
+    if not trace:
+        return records
+    return [r._replace(headers={**(r.headers or {}), **trace}) for r in records]

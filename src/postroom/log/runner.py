@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .. import _tracing
 from .._acompat import Event, call_hook, install_sync_stop_handler, join_all, spawn
 from .._reconnect import reconnect_delay
 from ..errors import (
@@ -200,6 +201,15 @@ class Runner:
         self, sub: Subscription, message: Message, conn: psycopg.Connection[Any] | None
     ) -> None:
         args: tuple[Any, ...] = (message,) if conn is None else (message, conn)
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.processing(
+                message.topic, message.headers, **_tracing.message_attributes(message, sub.group)
+            ) as span:
+                error = self._attempts(sub, args, conn, f"{message.id}")
+                if error is not None:
+                    _tracing.fail(span, error[1])
+                    self._dead_letter(sub, message, error, conn)
+            return
         error = self._attempts(sub, args, conn, f"{message.id}")
         if error is not None:
             self._dead_letter(sub, message, error, conn)
@@ -208,7 +218,20 @@ class Runner:
         self, sub: Subscription, messages: list[Message], batch: Batch | None
     ) -> None:
         conn = None if batch is None else batch.connection
-        if self._attempts(sub, (batch or messages,), conn, f"batch at {messages[0].id}"):
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.processing_batch(
+                messages[0].topic,
+                (m.headers for m in messages),
+                messaging__consumer__group__name=sub.group,
+            ) as span:
+                failure = self._attempts(
+                    sub, (batch or messages,), conn, f"batch at {messages[0].id}"
+                )
+                if failure is not None:
+                    _tracing.fail(span, failure[1])
+        else:
+            failure = self._attempts(sub, (batch or messages,), conn, f"batch at {messages[0].id}")
+        if failure:
             # Find the poison: each message alone, with its own attempts.
             for message in messages:
                 single = [message] if batch is None else Batch([message], batch.connection)

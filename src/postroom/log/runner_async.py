@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .. import _tracing
 from .._acompat import AEvent, acall_hook, ajoin_all, aspawn, install_stop_handler
 from .._reconnect import reconnect_delay
 from ..errors import (
@@ -202,6 +203,15 @@ class AsyncRunner:
         self, sub: Subscription, message: Message, conn: psycopg.AsyncConnection[Any] | None
     ) -> None:
         args: tuple[Any, ...] = (message,) if conn is None else (message, conn)
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.processing(
+                message.topic, message.headers, **_tracing.message_attributes(message, sub.group)
+            ) as span:
+                error = await self._attempts(sub, args, conn, f"{message.id}")
+                if error is not None:
+                    _tracing.fail(span, error[1])
+                    await self._dead_letter(sub, message, error, conn)
+            return
         error = await self._attempts(sub, args, conn, f"{message.id}")
         if error is not None:
             await self._dead_letter(sub, message, error, conn)
@@ -210,7 +220,22 @@ class AsyncRunner:
         self, sub: Subscription, messages: list[Message], batch: AsyncBatch | None
     ) -> None:
         conn = None if batch is None else batch.connection
-        if await self._attempts(sub, (batch or messages,), conn, f"batch at {messages[0].id}"):
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.processing_batch(
+                messages[0].topic,
+                (m.headers for m in messages),
+                messaging__consumer__group__name=sub.group,
+            ) as span:
+                failure = await self._attempts(
+                    sub, (batch or messages,), conn, f"batch at {messages[0].id}"
+                )
+                if failure is not None:
+                    _tracing.fail(span, failure[1])
+        else:
+            failure = await self._attempts(
+                sub, (batch or messages,), conn, f"batch at {messages[0].id}"
+            )
+        if failure:
             # Find the poison: each message alone, with its own attempts.
             for message in messages:
                 single = [message] if batch is None else AsyncBatch([message], batch.connection)

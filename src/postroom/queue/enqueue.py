@@ -7,11 +7,13 @@ caller's, with ``conn``), thousands per statement, with the wake-up hint for idl
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
 
+from .. import _tracing
 from .._db import Database, commit_or_unknown
 from .._listener import send_wakeups
 from .._wakeups import JOBS
@@ -26,6 +28,7 @@ from .requests import (
     args_size,
     batch_columns,
     describe_jobs,
+    peek,
     statement_chunks,
 )
 
@@ -59,6 +62,20 @@ class Enqueuer:
         return self._enqueue(requests, conn)
 
     def _enqueue(self, requests: Iterable[JobRequest], conn: object = None) -> list[Job]:
+        if _tracing.ENABLED:
+            requests, first = peek(requests)
+            span = None if first is None else _tracing.start_send(first.options.queue)
+            if span is not None:
+                with _tracing.ending(span):
+                    jobs = self._write(requests, conn, span)
+                    _tracing.enqueued(span, first, jobs)
+                    return jobs
+        return self._write(requests, conn)
+
+    def _write(
+        self, requests: Iterable[JobRequest], conn: object = None, span: Any = None
+    ) -> list[Job]:
+        """Insert the jobs; ``span``: the enqueue's span, whose trace context they carry."""
         if isinstance(requests, list) and not requests:
             return []
         queues: set[str] = set()
@@ -69,6 +86,11 @@ class Enqueuer:
 
         with self.db.connection(conn, committing=committing) as db_conn:
             try:
+                if span is not None:
+                    # The metadata of the jobs inserted next: the trace context (the jobs.meta
+                    # column's default, migration 0035); _finish clears it.
+                    meta = json.dumps(_tracing.trace_context(span))
+                    db_conn.execute(self.db.q("set_job_meta"), {"meta": meta})
                 chunks = statement_chunks(requests)
                 chunk = next(chunks, None)
                 finished = False
@@ -90,15 +112,21 @@ class Enqueuer:
                             sent.append((chunk, self._send(db_conn, chunk, queues)))
                             chunk = next(chunks, None)
                         if chunk is None:
-                            finished = self._finish(db_conn, queues, conn is None, sent, committing)
+                            finished = self._finish(
+                                db_conn, queues, conn is None, sent, committing, span
+                            )
                 if not sent:
                     return []
                 if not finished:
-                    self._finish(db_conn, queues, conn is None, sent, committing)
+                    self._finish(db_conn, queues, conn is None, sent, committing, span)
                 stored = [self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).
                 raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
+        return self._handles(stored)
+
+    def _handles(self, stored: list[tuple[list[int], list[bool] | None]]) -> list[Job]:
+        """The handles of the jobs ``_stored`` read back, in order."""
         jobs: list[Job] = []
         for ids, created in stored:
             if created is None:
@@ -115,10 +143,15 @@ class Enqueuer:
         own: bool,
         sent: list[Any],
         committing: Callable[[], str],
+        span: Any = None,
     ) -> bool:
         """The wake-up hint for idle workers (delivered at commit), and the commit when the
         transaction is ours and no taken key is left to look up once the rows are in (in a
-        pipeline it goes out with the inserts: one round trip in all)."""
+        pipeline it goes out with the inserts: one round trip in all). A traced enqueue
+        clears the metadata ``_write`` set first: the rest of a caller's transaction
+        enqueues without it."""
+        if span is not None:
+            conn.execute(self.db.q("set_job_meta"), {"meta": ""})
         send_wakeups(conn, self.db, JOBS, queues)
         if own and not any(r.options.unique_key is not None for c, _ in sent for r in c):
             commit_or_unknown(conn, committing)

@@ -5,11 +5,13 @@ caller's, with ``conn``), thousands per statement, with the wake-up hint for idl
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
 
+from .. import _tracing
 from .._db_async import AsyncDatabase, commit_or_unknown
 from .._listener_async import send_wakeups
 from .._wakeups import JOBS
@@ -24,6 +26,7 @@ from .requests import (
     args_size,
     batch_columns,
     describe_jobs,
+    peek,
     statement_chunks,
 )
 
@@ -59,6 +62,20 @@ class AsyncEnqueuer:
         return await self._enqueue(requests, conn)
 
     async def _enqueue(self, requests: Iterable[JobRequest], conn: object = None) -> list[AsyncJob]:
+        if _tracing.ENABLED:
+            requests, first = peek(requests)
+            span = None if first is None else _tracing.start_send(first.options.queue)
+            if span is not None:
+                with _tracing.ending(span):
+                    jobs = await self._write(requests, conn, span)
+                    _tracing.enqueued(span, first, jobs)
+                    return jobs
+        return await self._write(requests, conn)
+
+    async def _write(
+        self, requests: Iterable[JobRequest], conn: object = None, span: Any = None
+    ) -> list[AsyncJob]:
+        """Insert the jobs; ``span``: the enqueue's span, whose trace context they carry."""
         if isinstance(requests, list) and not requests:
             return []
         queues: set[str] = set()
@@ -69,6 +86,11 @@ class AsyncEnqueuer:
 
         async with self.db.connection(conn, committing=committing) as db_conn:
             try:
+                if span is not None:
+                    # The metadata of the jobs inserted next: the trace context (the jobs.meta
+                    # column's default, migration 0035); _finish clears it.
+                    meta = json.dumps(_tracing.trace_context(span))
+                    await db_conn.execute(self.db.q("set_job_meta"), {"meta": meta})
                 chunks = statement_chunks(requests)
                 chunk = next(chunks, None)
                 finished = False
@@ -91,16 +113,20 @@ class AsyncEnqueuer:
                             chunk = next(chunks, None)
                         if chunk is None:
                             finished = await self._finish(
-                                db_conn, queues, conn is None, sent, committing
+                                db_conn, queues, conn is None, sent, committing, span
                             )
                 if not sent:
                     return []
                 if not finished:
-                    await self._finish(db_conn, queues, conn is None, sent, committing)
+                    await self._finish(db_conn, queues, conn is None, sent, committing, span)
                 stored = [await self._stored(db_conn, chunk, cur) for chunk, cur in sent]
             except psycopg.errors.InvalidParameterValue as exc:
                 # A check of the SQL function (e.g. a parent job that does not exist).
                 raise InvalidArgument(exc.diag.message_primary or str(exc)) from None
+        return self._handles(stored)
+
+    def _handles(self, stored: list[tuple[list[int], list[bool] | None]]) -> list[AsyncJob]:
+        """The handles of the jobs ``_stored`` read back, in order."""
         jobs: list[AsyncJob] = []
         for ids, created in stored:
             if created is None:
@@ -117,10 +143,15 @@ class AsyncEnqueuer:
         own: bool,
         sent: list[Any],
         committing: Callable[[], str],
+        span: Any = None,
     ) -> bool:
         """The wake-up hint for idle workers (delivered at commit), and the commit when the
         transaction is ours and no taken key is left to look up once the rows are in (in a
-        pipeline it goes out with the inserts: one round trip in all)."""
+        pipeline it goes out with the inserts: one round trip in all). A traced enqueue
+        clears the metadata ``_write`` set first: the rest of a caller's transaction
+        enqueues without it."""
+        if span is not None:
+            await conn.execute(self.db.q("set_job_meta"), {"meta": ""})
         await send_wakeups(conn, self.db, JOBS, queues)
         if own and not any(r.options.unique_key is not None for c, _ in sent for r in c):
             await commit_or_unknown(conn, committing)

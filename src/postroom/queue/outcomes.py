@@ -47,6 +47,8 @@ class Claimed:
     token: str = ""
     """The claim's token (a UUID's text), which every write-back of this claim names: only the
     claiming connection learns it, so no other worker can write this job's outcome."""
+    meta: dict[str, Any] | None = None
+    """What travels with the job from its enqueue (migration 0035): the trace context."""
     call: Interruptible | None = None
     context: JobContext | None = None
     cooperative: bool = False

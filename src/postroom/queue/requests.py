@@ -6,6 +6,7 @@ sync client is a request to an async one too. Sans-IO.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -267,3 +268,13 @@ def statement_chunks(requests: Iterable[JobRequest]) -> Iterator[list[JobRequest
                 run = []
     if run:
         yield run
+
+
+def peek(requests: Iterable[JobRequest]) -> tuple[Iterable[JobRequest], JobRequest | None]:
+    """The first of ``requests`` (None: there is none), and the requests to write, all of
+    them: an iterator is not consumed beyond its first (a batch checked as it is sent)."""
+    if isinstance(requests, list | tuple):
+        return requests, requests[0] if requests else None
+    rest = iter(requests)
+    first = next(rest, None)
+    return ([] if first is None else itertools.chain([first], rest)), first

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .. import _tracing
 from .._acompat import JobCall, SyncJobThreads
 from ..errors import Cancel, JobInterrupted, Snooze
 from .backoff import Backoff
@@ -73,6 +74,16 @@ class Runner:
         return prepared
 
     def execute(self, job: Claimed) -> Outcome:
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.processing(
+                job.queue, job.meta, **_tracing.job_attributes(job, self._worker)
+            ) as span:
+                outcome = self._execute(job)
+                _tracing.job_outcome(span, outcome)
+                return outcome
+        return self._execute(job)
+
+    def _execute(self, job: Claimed) -> Outcome:
         prepared = self._prepared(job.kind)
         job.started = True
         if job.interrupt_kind == "cancel":

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .. import _tracing
 from .._acompat import AJobCall, JobThreads
 from ..errors import Cancel, JobInterrupted, Snooze
 from .backoff import Backoff
@@ -71,6 +72,16 @@ class AsyncRunner:
         return prepared
 
     async def execute(self, job: Claimed) -> Outcome:
+        if _tracing.ENABLED and _tracing.recording():
+            with _tracing.processing(
+                job.queue, job.meta, **_tracing.job_attributes(job, self._worker)
+            ) as span:
+                outcome = await self._execute(job)
+                _tracing.job_outcome(span, outcome)
+                return outcome
+        return await self._execute(job)
+
+    async def _execute(self, job: Claimed) -> Outcome:
         prepared = self._prepared(job.kind)
         job.started = True
         if job.interrupt_kind == "cancel":

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import _tracing
 from .._checks import safe_str
 from ..errors import (
     DestinationUnusable,
@@ -79,6 +80,7 @@ class Delivery:
         self.backoff = backoff
         self.max_attempts = max_attempts
         self.dead_letter_topic = dead_letter_topic
+        self._spans: dict[int, Any] = {}  # id(Outbound) -> its span, while a batch is traced
 
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or less if the relay is stopped meanwhile."""
@@ -94,6 +96,31 @@ class Delivery:
     async def deliver(self, batch: RoutedBatch) -> bool:
         """Send the batch in order until all is acknowledged or dead-lettered; False if the
         relay was stopped first."""
+        if _tracing.ENABLED and _tracing.recording():
+            return await self._deliver_traced(batch)
+        return await self._deliver(batch)
+
+    async def _deliver_traced(self, batch: RoutedBatch) -> bool:
+        """``_deliver`` with a ``send <destination>`` span per message (ended when the sink
+        acknowledges it or it is dead-lettered), whose context the sink's headers carry."""
+        spans = self._spans
+        for routed in batch.routed:
+            if isinstance(routed, Outbound):
+                span = _tracing.start_relay(routed, self.group, self.sink.description)
+                routed.headers.update(_tracing.trace_context(span))
+                spans[id(routed)] = span
+        try:
+            return await self._deliver(batch)
+        except BaseException as exc:
+            for span in spans.values():
+                _tracing.fail(span, exc)
+            raise
+        finally:
+            for span in spans.values():
+                span.end()
+            spans.clear()
+
+    async def _deliver(self, batch: RoutedBatch) -> bool:
         pending: list[Outbound] = []
         for message, routed in zip(batch.messages, batch.routed, strict=True):
             if isinstance(routed, MessageRejected):
@@ -132,6 +159,9 @@ class Delivery:
                     self.note(f"{pending[0].id} rejected (attempt {rejected}): {safe_str(exc)}")
                     await self.sleep(self.backoff.delay(rejected))
                     continue
+                span = self._spans.get(id(pending[0]))
+                if span is not None:
+                    _tracing.fail(span, exc)
                 await self.dead_letter(pending[0].source, safe_str(exc), attempts=rejected)
                 pending = pending[1:]
                 rejected = 0

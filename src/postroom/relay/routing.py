@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .._tracing import TRACE_HEADERS
 from ..errors import InvalidArgument, MessageRejected
 from ..log.records import HeaderValue, Message, Record, Value, make_record
 from .payloads import (
@@ -205,6 +206,9 @@ class Route:
             aggregate_id = message.key.decode("utf-8", "replace")
         key = None if aggregate_id is None else render_key(aggregate_id, self.key_format)
         headers: dict[str, HeaderValue] = {"id": event_id}
+        for name in TRACE_HEADERS:  # the trace goes on (docs/observability.md, "Tracing")
+            if name in message.headers:
+                headers[name] = message.headers[name]
         if self.event_type_header:
             event_type = _text(message.headers.get(EVENT_TYPE))
             if event_type is not None:
