@@ -136,6 +136,7 @@ class Sampler:
             except (psycopg.Error, OSError) as exc:
                 _raise_if_cancelled(exc)
                 log.warning("dashboard sampler: %s", exc)
+            _raise_if_cancelled()  # a round that swallowed its cancellation still ends here
             await asyncio.sleep(self.interval)
 
     def series(self, pick: str, name: str | None = None) -> dict[str, Any]:
@@ -154,10 +155,13 @@ class Sampler:
         return {"t": times, "series": out}
 
 
-def _raise_if_cancelled(exc: BaseException) -> None:
-    """A task cancelled inside a query may see psycopg's error for the cancelled query instead
-    of ``CancelledError``: caught as an outage, the loop went on sleeping and ``stop()`` waited
-    for it for ever (the dashboard.md snippet hung on a loaded box). Re-raise the cancellation."""
+def _raise_if_cancelled(exc: BaseException | None = None) -> None:
+    """Raise ``CancelledError`` if the calling task was asked to stop. Two ways a loop missed it
+    and ``stop()`` waited for ever (the dashboard.md snippet hung on a loaded box): a task
+    cancelled inside a query may see psycopg's error for the cancelled query instead (caught as
+    an outage), and on Python 3.11 ``asyncio.wait_for`` (which psycopg_pool waits for a
+    connection with) returns normally when what it waits for completes as the cancellation
+    arrives: the round then ended as if nothing happened. ``Task.cancelling()`` still says so."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError from exc
@@ -206,6 +210,7 @@ class Live:
             except (psycopg.Error, OSError) as exc:
                 _raise_if_cancelled(exc)
                 log.warning("dashboard live view: LISTEN failed, polling instead: %s", exc)
+            _raise_if_cancelled()
             self.listening = self.sampler.listening = False
             await asyncio.sleep(5)
 
