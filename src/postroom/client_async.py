@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -328,11 +328,19 @@ class AsyncClient:
         """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
         return await self.log.list_dead_letters(topic, limit=limit)
 
-    async def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
+    async def replay_dead_letters(
+        self,
+        topic: str,
+        *,
+        group: str = "postroom-replay",
+        letters: Collection[tuple[int, int]] | None = None,
+    ) -> int:
         """Publish ``topic``'s dead letters to their source again, each once and marked for the
         group that failed on it (others pass over it); returns how many. ``group`` is the
-        replay's own cursor on the dead-letter topic."""
-        return await self.log.replay_dead_letters(topic, group=group)
+        replay's own cursor on the dead-letter topic. With ``letters`` (``(partition, offset)``
+        pairs on the dead-letter topic) only those are published, each time it is called, and
+        the cursor does not move."""
+        return await self.log.replay_dead_letters(topic, group=group, letters=letters)
 
     async def dead_letter(
         self,

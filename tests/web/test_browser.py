@@ -155,6 +155,53 @@ def test_replay_dead_letters(
     page.wait_for_selector("#flash")
     assert "replayed 1 dead letter" in page.inner_text("#flash")
     assert client.describe_topic("orders").high_water == written + 1
+    assert page.locator("#letters .replayed").count() == 1  # the replay's cursor passed it
+    page.click("#dlq-topics button:text('Replay all')")  # each once: nothing new to replay
+    page.wait_for_selector("#flash:text('replayed 0')")
+    assert client.describe_topic("orders").high_water == written + 1
+
+
+def _second_dead_letter(client: postroom.Client) -> None:
+    with client.consumer("shipping", "orders") as consumer:
+        [message] = consumer.poll(timeout=5, max_messages=1)
+        client.dead_letter(message, group="shipping", error="KeyError: address")
+
+
+def test_replay_selected_and_all_matching_dead_letters(
+    serve: Callable[..., DashboardServer], seeded: Seeded, page: Any, client: postroom.Client
+) -> None:
+    _second_dead_letter(client)
+    written = client.describe_topic("orders").high_water
+    server = serve()
+    page.goto(server.url + "/deadletters?topic=orders.dlq")
+    assert page.locator("#letters input[name=letter]").count() == 2
+    page.check("#letters tr:has-text('KeyError') input[name=letter]")
+    page.click("#replay-selected")
+    page.wait_for_selector("#flash")
+    assert "replayed 1 dead letter" in page.inner_text("#flash")
+    assert _replays(client) == ["shipping"]
+    # All matching a filter: the billing group's dead letter only.
+    page.goto(server.url + "/deadletters?topic=orders.dlq&group=billing")
+    assert page.locator("#letters input[name=letter]").count() == 1
+    page.click("#replay-matching")
+    page.wait_for_selector("#flash")
+    assert "replayed 1 dead letter" in page.inner_text("#flash")
+    assert _replays(client) == ["shipping", "billing"]
+    assert client.describe_topic("orders").high_water == written + 2
+    page.goto(server.url + "/audit")
+    audit = page.inner_text("#audit")
+    assert "replay_dead_letters" in audit and "matching" in audit
+
+
+def _replays(client: postroom.Client) -> list[str]:
+    """The groups the replays on ``orders`` are for, oldest first."""
+    found: list[postroom.Message] = []
+    with client.consumer(None, "orders") as peek:
+        while batch := peek.poll(timeout=0, max_messages=100):
+            found.extend(m for m in batch if "postroom-replay-group" in m.headers)
+    return [
+        str(m.headers["postroom-replay-group"]) for m in sorted(found, key=lambda m: m.timestamp)
+    ]
 
 
 def test_run_a_cron_schedule_now(

@@ -10,7 +10,7 @@ behind the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -233,8 +233,14 @@ class Log:
     def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
         return self.dead_letters.list(topic, limit)
 
-    def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
-        return self.dead_letters.replay(topic, group)
+    def replay_dead_letters(
+        self,
+        topic: str,
+        *,
+        group: str = "postroom-replay",
+        letters: Collection[tuple[int, int]] | None = None,
+    ) -> int:
+        return self.dead_letters.replay(topic, group, letters)
 
     def dead_letter(
         self,

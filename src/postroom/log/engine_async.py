@@ -8,7 +8,7 @@ behind the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -231,8 +231,14 @@ class AsyncLog:
     async def list_dead_letters(self, topic: str, *, limit: int = 100) -> list[Message]:
         return await self.dead_letters.list(topic, limit)
 
-    async def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
-        return await self.dead_letters.replay(topic, group)
+    async def replay_dead_letters(
+        self,
+        topic: str,
+        *,
+        group: str = "postroom-replay",
+        letters: Collection[tuple[int, int]] | None = None,
+    ) -> int:
+        return await self.dead_letters.replay(topic, group, letters)
 
     async def dead_letter(
         self,
