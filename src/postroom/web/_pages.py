@@ -16,6 +16,7 @@ from postroom import Message
 from postroom.errors import GroupNotFound, InvalidArgument, JobNotFound, TopicNotFound
 
 from . import _store
+from ._live import PICKS
 from ._security import Access
 
 if TYPE_CHECKING:
@@ -345,7 +346,9 @@ async def dead_letters_page(d: Dashboard, request: Request, access: Access) -> R
 async def relays_page(d: Dashboard, request: Request, access: Access) -> Response:
     relays = await d.client.relay_status()
     dlq = {t.name: t.high_water for t in await d.client.list_topics()}
-    return d.render(request, "relays.html", access, relays=relays, dlq=dlq)
+    return d.render(
+        request, "relays.html", access, relays=relays, dlq=dlq, rates=d.sampler.latest("relayed")
+    )
 
 
 async def workers_page(d: Dashboard, request: Request, access: Access) -> Response:
@@ -364,8 +367,8 @@ async def audit_page(d: Dashboard, request: Request, access: Access) -> Response
 
 async def series(d: Dashboard, request: Request, access: Access) -> Response:
     pick = request.query_params.get("pick", "rate")
-    if pick not in ("rate", "lag", "done", "failed", "runtime"):
-        raise InvalidArgument(f"pick={pick!r}: use rate, lag, done, failed or runtime")
+    if pick not in PICKS:
+        raise InvalidArgument(f"pick={pick!r}: use one of {', '.join(PICKS)}")
     return JSONResponse(d.sampler.series(pick, request.query_params.get("name") or None))
 
 

@@ -21,6 +21,9 @@
       new uPlot({width: width, height: 160, series: series, axes: [{}, {size: 60}],
                  legend: {show: labels.length > 0}}, columns, figure);
       figure.dataset.drawn = String(data.t.length);
+      figure.dataset.points = String(labels.reduce(function (n, label) {
+        return n + data.series[label].filter(function (v) { return v !== null; }).length;
+      }, 0));
     });
   }
 
