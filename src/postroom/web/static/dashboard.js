@@ -32,6 +32,8 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () { drawAll(); });
+  // As the tables' "every 30s": a chart moves on (a rate falling to 0) with no wake-up too.
+  setInterval(function () { drawAll(); }, 30000);
   if (document.readyState !== "loading") { drawAll(); }
 
   var stateLabel = document.getElementById("live-state");
