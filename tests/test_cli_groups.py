@@ -113,6 +113,9 @@ def test_postroom_run_handles_dead_letters_and_stops_cleanly_on_sigterm(
     assert "replayed 1 dead letter(s)" in replayed.stdout
     assert "replayed 0" in run(dsn, "dlq", "replay", "orders").stdout
     assert client.describe_topic("orders").high_water == 5
+    chosen = f"{letter['dlq_partition']}:{letter['dlq_offset']}"
+    assert "replayed 1" in run(dsn, "dlq", "replay", "orders", "--letter", chosen).stdout
+    assert client.describe_topic("orders").high_water == 6  # a chosen one: again when asked
 
 
 def dead_letters(client: postroom.Client) -> int:
@@ -130,3 +133,5 @@ def test_group_and_dlq_commands_name_bad_input(client: postroom.Client, dsn: str
     assert missing.exit_code == 1 and "unknown topic 'nope'" in missing.output
     bad = run(dsn, "dlq", "list", "bad name!")
     assert bad.exit_code == 1 and "invalid topic name" in bad.output
+    letter = run(dsn, "dlq", "replay", "t", "--letter", "zero")
+    assert letter.exit_code == 1 and "use PARTITION:OFFSET" in letter.output

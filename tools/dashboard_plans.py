@@ -58,6 +58,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "web_limits": {},
     "web_workers": {},
     "web_finished_since": {"after": datetime.now(UTC), "limit": 10_000},
+    "web_group_consumed": {},
     "web_failed_count": {},
 }
 

@@ -32,6 +32,7 @@ PAGES = {
     "jobs": "/jobs?state=failed",
     "job": "/jobs/{failed}",
     "deadletters": "/deadletters",
+    "relays": "/relays",
 }
 ARGS = [
     "--headless",
@@ -46,16 +47,20 @@ ARGS = [
 def seed(client: postroom.Client) -> int:
     client.create_topic("orders", partitions=3)
     client.create_topic("payments", partitions=2)
-    for round_ in range(6):
-        client.publish_batch(
-            "orders",
-            [
-                {"key": f"customer-{i % 7}", "value": {"order": i, "total": 10 * i}}
-                for i in range(round_ * 50, round_ * 50 + 50)
-            ],
-        )
-        client.publish_batch("payments", [{"value": {"payment": i}} for i in range(30)])
-        time.sleep(1.1)  # a few samples apart: the rate charts get a shape
+    # A relay's progress is its group's cursor (relay.*): this one delivers as a relay would.
+    with client.consumer("relay.webhooks", "payments") as relay:
+        for round_ in range(6):
+            client.publish_batch(
+                "orders",
+                [
+                    {"key": f"customer-{i % 7}", "value": {"order": i, "total": 10 * i}}
+                    for i in range(round_ * 50, round_ * 50 + 50)
+                ],
+            )
+            client.publish_batch("payments", [{"value": {"payment": i}} for i in range(30)])
+            relay.poll(timeout=1, max_messages=10 + 8 * round_)
+            relay.commit()
+            time.sleep(1.1)  # a few samples apart: the rate charts get a shape
     with client.consumer("billing", "orders") as consumer:
         batch = consumer.poll(timeout=5, max_messages=40)
         consumer.commit()

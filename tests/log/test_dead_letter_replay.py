@@ -144,3 +144,25 @@ def test_a_relay_passes_over_a_replay_for_another_group_and_names_itself_in_its_
 
 
 _ = Outbound  # the scripted sink's batches are of Outbound
+
+
+def test_a_replay_of_chosen_dead_letters_publishes_those_each_time_and_moves_no_cursor(
+    client: postroom.Client,
+) -> None:
+    client.create_topic("t")
+    client.publish_batch("t", ["a", "b", "c"])
+    with client.consumer(None, "t") as peek:
+        messages = peek.poll(timeout=5, max_messages=3)
+    for m in messages:
+        client.dead_letter(m, group="g", error=f"failed {m.text()}")
+    letters = {m.text(): (m.partition, m.offset) for m in client.list_dead_letters("t")}
+    high = client.describe_topic("t").high_water
+    chosen = [letters["a"], letters["c"], (letters["c"][0], 999)]  # 999: none there
+    assert client.replay_dead_letters("t", letters=chosen) == 2
+    assert client.replay_dead_letters("t", letters=[letters["c"]]) == 1  # again when asked
+    with client.consumer(None, "t") as peek:
+        replays = [m for m in peek.poll(timeout=5, max_messages=100) if m.offset >= 3]
+    assert sorted(m.text() for m in replays) == ["a", "c", "c"]
+    assert all(m.headers["postroom-replay-group"] == "g" for m in replays)
+    assert client.describe_topic("t").high_water == high + 3
+    assert client.replay_dead_letters("t") == 3  # the replay of all had not moved

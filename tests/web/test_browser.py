@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 import postroom
@@ -72,6 +73,61 @@ def test_charts_draw(serve: Callable[..., DashboardServer], seeded: Seeded, page
         "figure.chart canvas", "cs => cs.map(c => [c.width, c.height])"
     )
     assert len(sizes) == 4 and all(w > 100 and h > 50 for w, h in sizes), sizes
+
+
+def _series(server: DashboardServer, pick: str) -> dict[str, list[float | None]]:
+    series: dict[str, list[float | None]] = httpx.get(
+        f"{server.url}/api/series?pick={pick}"
+    ).json()["series"]
+    return series
+
+
+def _has_data(server: DashboardServer, pick: str, label: str) -> bool:
+    return any(v for v in _series(server, pick).get(label, []))
+
+
+def _drawn_with_data(page: Any, pick: str) -> None:
+    page.wait_for_function(
+        f"(f => f && f.querySelector('canvas') && +f.dataset.points > 0)"
+        f"(document.querySelector('figure.chart[data-pick={pick}]'))"
+    )
+    width, height = page.eval_on_selector(
+        f"figure.chart[data-pick={pick}] canvas", "c => [c.width, c.height]"
+    )
+    assert width > 100 and height > 50
+
+
+def test_relay_throughput_and_pending_charts_draw_with_data(
+    serve: Callable[..., DashboardServer], seeded: Seeded, page: Any, client: postroom.Client
+) -> None:
+    server = serve()
+    # A relay's progress is its group's cursor (relay.*): commit as a relay would.
+    with client.consumer("relay.sink", "orders") as relay:
+        relay.poll(timeout=5, max_messages=3)
+        relay.commit()
+        wait_for(lambda: "relay.sink" in _series(server, "relay_pending"), what="sampled")
+        relay.poll(timeout=5, max_messages=5)
+        relay.commit()
+        wait_for(lambda: _has_data(server, "relayed", "relay.sink"), what="throughput sampled")
+    page.goto(server.url + "/relays")
+    assert "/s" in page.inner_text("#relays tr:has-text('relay.sink')")
+    _drawn_with_data(page, "relayed")
+    _drawn_with_data(page, "relay_pending")
+
+
+def test_queue_failure_rate_and_run_time_charts_draw_with_data(
+    serve: Callable[..., DashboardServer], seeded: Seeded, page: Any, client: postroom.Client
+) -> None:
+    server = serve()
+    wait_for(lambda: "default" in _series(server, "failed"), what="the seeded failure sampled")
+    client.enqueue("explode", {"n": 2})
+    client.enqueue("fine")
+    client.worker(["default"], concurrency=1).run(burst=True, handle_signals=False)
+    wait_for(lambda: _has_data(server, "failures", "default"), what="the failure sampled")
+    wait_for(lambda: "default" in _series(server, "runtime"), what="the run time sampled")
+    page.goto(server.url + "/queues")
+    _drawn_with_data(page, "failures")
+    _drawn_with_data(page, "runtime")
 
 
 def test_retry_a_failed_job(
@@ -155,6 +211,53 @@ def test_replay_dead_letters(
     page.wait_for_selector("#flash")
     assert "replayed 1 dead letter" in page.inner_text("#flash")
     assert client.describe_topic("orders").high_water == written + 1
+    assert page.locator("#letters .replayed").count() == 1  # the replay's cursor passed it
+    page.click("#dlq-topics button:text('Replay all')")  # each once: nothing new to replay
+    page.wait_for_selector("#flash:text('replayed 0')")
+    assert client.describe_topic("orders").high_water == written + 1
+
+
+def _second_dead_letter(client: postroom.Client) -> None:
+    with client.consumer("shipping", "orders") as consumer:
+        [message] = consumer.poll(timeout=5, max_messages=1)
+        client.dead_letter(message, group="shipping", error="KeyError: address")
+
+
+def test_replay_selected_and_all_matching_dead_letters(
+    serve: Callable[..., DashboardServer], seeded: Seeded, page: Any, client: postroom.Client
+) -> None:
+    _second_dead_letter(client)
+    written = client.describe_topic("orders").high_water
+    server = serve()
+    page.goto(server.url + "/deadletters?topic=orders.dlq")
+    assert page.locator("#letters input[name=letter]").count() == 2
+    page.check("#letters tr:has-text('KeyError') input[name=letter]")
+    page.click("#replay-selected")
+    page.wait_for_selector("#flash")
+    assert "replayed 1 dead letter" in page.inner_text("#flash")
+    assert _replays(client) == ["shipping"]
+    # All matching a filter: the billing group's dead letter only.
+    page.goto(server.url + "/deadletters?topic=orders.dlq&group=billing")
+    assert page.locator("#letters input[name=letter]").count() == 1
+    page.click("#replay-matching")
+    page.wait_for_selector("#flash")
+    assert "replayed 1 dead letter" in page.inner_text("#flash")
+    assert _replays(client) == ["shipping", "billing"]
+    assert client.describe_topic("orders").high_water == written + 2
+    page.goto(server.url + "/audit")
+    audit = page.inner_text("#audit")
+    assert "replay_dead_letters" in audit and "matching" in audit
+
+
+def _replays(client: postroom.Client) -> list[str]:
+    """The groups the replays on ``orders`` are for, oldest first."""
+    found: list[postroom.Message] = []
+    with client.consumer(None, "orders") as peek:
+        while batch := peek.poll(timeout=0, max_messages=100):
+            found.extend(m for m in batch if "postroom-replay-group" in m.headers)
+    return [
+        str(m.headers["postroom-replay-group"]) for m in sorted(found, key=lambda m: m.timestamp)
+    ]
 
 
 def test_run_a_cron_schedule_now(

@@ -95,13 +95,17 @@ def test_a_read_only_session_cannot_act(
     assert page.locator("button").count() == 0
     page.goto(server.url + "/queues")
     assert page.locator("button:text('Pause'), button:text('Run now')").count() == 0
+    page.goto(server.url + "/deadletters?topic=orders.dlq")
+    assert page.locator("#letters").count() == 1
+    assert page.locator("button, input[name=letter]").count() == 1  # the filter's button only
     html = httpx.get(server.url + "/groups/billing?topic=orders&to=earliest").text
     assert "Reset as shown" not in html and 'id="preview"' in html  # the dry run still shows
     csrf = page.evaluate("JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRF-Token']")
     for path, data in [
         ("/actions/retry", {"id": str(seeded.failed_job)}),
         ("/actions/pause", {"queue": "default"}),
-        ("/actions/replay", {"topic": "orders"}),
+        ("/actions/replay", {"topic": "orders", "all": "1"}),
+        ("/actions/replay", {"topic": "orders", "letter": "0:0"}),
         ("/actions/reset-group", {"group": "billing", "topic": "orders", "to": "earliest"}),
     ]:
         response = httpx.post(server.url + path, data={**data, "csrf": csrf, "next": "/"})
@@ -205,7 +209,7 @@ def test_bad_input_is_a_clear_error_not_a_traceback(
         ("/topics/orders?at=yesterday", 400, "not an ISO time"),
         ("/topics/orders?contains={bad", 400, "not JSON"),
         ("/groups/billing?topic=orders&to=time&value=soon", 400, "not an ISO time"),
-        ("/api/series?pick=nope", 400, "use rate"),
+        ("/api/series?pick=nope", 400, "use one of rate, lag"),
     ]:
         response = httpx.get(server.url + path)
         assert response.status_code == status and text in response.text, (path, response.text)

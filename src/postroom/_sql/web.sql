@@ -211,6 +211,11 @@ WHERE finished_at > %(after)s
 ORDER BY finished_at
 LIMIT %(limit)s;
 
+-- name: web_group_consumed
+-- Per group, the sum of its cursors (messages consumed, or relayed for relay.* groups, since it
+-- began): the sampler's differences give messages/s. One row per group and partition (no locks).
+SELECT group_name, sum(next_offset)::bigint FROM {schema}.cursors GROUP BY group_name;
+
 -- name: web_failed_count
 -- Failed jobs per queue, from the partial index on the failed set (no locks).
 SELECT queue, count(*)::bigint FROM {schema}.jobs WHERE state = 'failed' GROUP BY queue;

@@ -7,6 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from postroom.errors import InvalidArgument
+
 from .common import console, open_client, print_json, printable, when
 
 app = typer.Typer(no_args_is_help=True, help="List and replay dead letters (<topic>.dlq).")
@@ -29,6 +31,7 @@ def list_(
         print_json(
             [
                 {
+                    "dlq_partition": m.partition,
                     "dlq_offset": m.offset,
                     "headers": {k: _text(v) for k, v in m.headers.items()},
                     "key": printable(m.key),
@@ -42,10 +45,11 @@ def list_(
     if not letters:
         console.print(f"no dead letters for {topic!r}")
         return
-    table = Table("time", "source", "group", "attempts", "error", "key", "value")
+    table = Table("letter", "time", "source", "group", "attempts", "error", "key", "value")
     for m in letters:
         h = {k.removeprefix(HEADER): _text(v) for k, v in m.headers.items()}
         table.add_row(
+            f"{m.partition}:{m.offset}",
             when(m.timestamp),
             f"{h.get('topic')}/{h.get('partition')}:{h.get('offset')}",
             h.get("group", "?"),
@@ -61,13 +65,30 @@ def list_(
 def replay(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument(help="Source topic (or its .dlq topic).")],
+    letter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--letter",
+            metavar="PARTITION:OFFSET",
+            help="Replay only this dead letter (its place on TOPIC.dlq, as `dlq list` shows); "
+            "repeatable. Replayed each time asked; the replay of all does not move.",
+        ),
+    ] = None,
 ) -> None:
     """Publish TOPIC's dead letters again to their source topic, each marked for the group
     that failed on it (postroom-replay-group: other groups pass over it) and carrying the
     first message's id (postroom-replay-of). Each is replayed once: a second replay only sends
     what was dead-lettered since."""
+    letters = None
+    if letter:
+        letters = []
+        for raw in letter:
+            partition, _, offset = raw.partition(":")
+            if not (partition.isdigit() and offset.isdigit()):
+                raise InvalidArgument(f"--letter {raw!r}: use PARTITION:OFFSET, e.g. 0:12")
+            letters.append((int(partition), int(offset)))
     with open_client(ctx) as client:
-        count = client.replay_dead_letters(topic)
+        count = client.replay_dead_letters(topic, letters=letters)
     console.print(f"replayed {count} dead letter(s) of {topic!r}")
 
 

@@ -14,17 +14,20 @@ A replay publishes it to its source topic again, marked for the group that faile
 (``postroom-replay-group``) and carrying the id of the message it replays
 (``postroom-replay-of``, kept across replays of replays). The runner and the relay of other
 groups pass over a message marked for another group, so a replay reaches only the group that
-failed; ``Message.original_id`` is the id to deduplicate on.
+failed; ``Message.original_id`` is the id to deduplicate on. A replay of chosen dead letters
+(``letters``: their partitions and offsets on the dead-letter topic) publishes just those, each
+time it is asked, and leaves the cursor of the replay of all as it is.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from .._checks import check_int
 from .._db import Database
-from ..errors import InvalidArgument, TopicExists, TopicNotFound
+from ..errors import InvalidArgument, OffsetOutOfRange, TopicExists, TopicNotFound
 from .deadletter_headers import (
     HEADER_PREFIX,
     dead_letter_topic,
@@ -37,6 +40,7 @@ from .records import (
     Message,
     TopicPartition,
     check_name,
+    check_offset,
 )
 from .subscription import DLQ_SUFFIX
 
@@ -124,15 +128,20 @@ class DeadLetters:
                 found.extend(batch)
         return sorted(found, key=lambda m: (m.timestamp, m.partition, m.offset))
 
-    def replay(self, topic: str, group: str) -> int:
+    def replay(
+        self, topic: str, group: str, letters: Collection[tuple[int, int]] | None = None
+    ) -> int:
         """Republish each dead letter once, marked for the group that failed on it: the cursor
         of ``group`` on the dead-letter topic advances in the transaction that publishes
         (transactional consumption). A dead letter that cannot be published (its source topic
         was deleted) is logged and passed over, so it does not hold back the others; it is not
-        counted."""
+        counted. With ``letters`` ((partition, offset) on the dead-letter topic) only those are
+        republished and ``group``'s cursor does not move."""
         replayed = 0
         if not self._exists(topic):
             return replayed
+        if letters is not None:
+            return self._replay_chosen(topic, letters)
         source_default = topic.removesuffix(DLQ_SUFFIX)
         dlq = dead_letter_topic(topic)
         meta = self._log.describe_topic(dlq)
@@ -159,3 +168,53 @@ class DeadLetters:
                         replayed += 1
                 if not batch.messages:
                     return replayed
+
+    def _read(self, dlq: str, letters: Collection[tuple[int, int]]) -> Sequence[Message]:
+        """The dead letters at ``letters`` ((partition, offset) on ``dlq``), in offset order;
+        those retention removed (or never written) are left out. One seek a run of offsets."""
+        partitions = (self._log.describe_topic(dlq)).partitions
+        by_partition: dict[int, set[int]] = {}
+        for partition, offset in letters:
+            check_int("partition", partition, 0, partitions - 1)
+            by_partition.setdefault(partition, set()).add(check_offset(offset))
+        found: list[Message] = []
+        for partition, wanted in sorted(by_partition.items()):
+            tp = TopicPartition(dlq, partition)
+            with self._log.consumer(None, dlq, partitions=[tp]) as peek:
+                read_to = -1  # offsets below this were read already
+                for offset in sorted(wanted):
+                    if offset < read_to:
+                        continue
+                    try:
+                        peek.seek(tp, offset)
+                    except OffsetOutOfRange:
+                        break  # past the high-water mark: so are the rest
+                    batch = peek.poll(timeout=0, max_messages=500)
+                    if not batch:
+                        break
+                    found.extend(m for m in batch if m.offset in wanted)
+                    read_to = batch[-1].offset + 1
+        return found
+
+    def _replay_chosen(self, topic: str, letters: Collection[tuple[int, int]]) -> int:
+        dlq = dead_letter_topic(topic)
+        source_default = topic.removesuffix(DLQ_SUFFIX)
+        replayed = 0
+        chosen = self._read(dlq, letters)
+        with self._db.connection() as tx:
+            for message in chosen:
+                source = header_text(message.headers.get(HEADER_PREFIX + "topic"))
+                try:
+                    with tx.transaction():
+                        self._log.publish(
+                            source or source_default,
+                            message.value,
+                            key=message.key,
+                            headers=replay_headers(message.headers),
+                            conn=tx,
+                        )
+                except (TopicNotFound, InvalidArgument) as exc:
+                    log.warning("dead letter %s not replayed: %s", message.id, exc)
+                    continue
+                replayed += 1
+        return replayed

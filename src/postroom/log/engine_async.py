@@ -8,7 +8,7 @@ behind the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -308,11 +308,19 @@ class AsyncLog:
         """Dead letters of ``topic`` (``<topic>.dlq``), oldest first; see docs/log.md."""
         return await self.dead_letters.list(topic, limit)
 
-    async def replay_dead_letters(self, topic: str, *, group: str = "postroom-replay") -> int:
+    async def replay_dead_letters(
+        self,
+        topic: str,
+        *,
+        group: str = "postroom-replay",
+        letters: Collection[tuple[int, int]] | None = None,
+    ) -> int:
         """Publish ``topic``'s dead letters to their source again, each once and marked for the
         group that failed on it (others pass over it); returns how many. ``group`` is the
-        replay's own cursor on the dead-letter topic."""
-        return await self.dead_letters.replay(topic, group)
+        replay's own cursor on the dead-letter topic. With ``letters`` (``(partition, offset)``
+        pairs on the dead-letter topic) only those are published, each time it is called, and
+        the cursor does not move."""
+        return await self.dead_letters.replay(topic, group, letters)
 
     async def dead_letter(
         self,

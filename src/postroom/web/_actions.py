@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from postroom.errors import InvalidArgument, NotFound, PostroomError
 
-from ._pages import STATES, job_filters
+from ._pages import DLQ_SUFFIX, STATES, job_filters, letter_filters, matching_letters
 from ._security import Access
 
 if TYPE_CHECKING:
@@ -166,11 +166,40 @@ async def reset_group(d: Dashboard, request: Request, access: Access) -> Respons
     return _back(request, form, f"group {group} reset on {topic}: {json.dumps(moved)}")
 
 
+def _letters(form: FormData) -> list[tuple[int, int]]:
+    """The selected dead letters: ``letter`` fields ``PARTITION:OFFSET`` on the .dlq topic."""
+    letters = []
+    for raw in form.getlist("letter"):
+        try:
+            partition, offset = str(raw).split(":")
+            letters.append((int(partition), int(offset)))
+        except ValueError:
+            raise InvalidArgument(f"dead letter {raw!r} is not PARTITION:OFFSET") from None
+    if not letters:
+        raise InvalidArgument("select at least one dead letter")
+    return letters
+
+
 async def replay_dead_letters(d: Dashboard, request: Request, access: Access) -> Response:
+    """Replay the selected dead letters of a source topic, or with ``all=1`` every one matching
+    the filter; with no filter that is the engine's replay of all (each dead letter once)."""
     form = await _checked(d, request, access, "replay_dead_letters")
-    topic = _field(form, "topic")
-    count = await d.client.replay_dead_letters(topic)
-    d.guard.audit(access, "replay_dead_letters", f"topic {topic}", count)
+    topic = _field(form, "topic").removesuffix(DLQ_SUFFIX)
+    filters = letter_filters(form)
+    if form.get("all") == "1" and not any(filters.values()):
+        count = await d.client.replay_dead_letters(topic)
+        target = f"topic {topic}: every dead letter not replayed yet"
+    else:
+        if form.get("all") == "1":
+            found = await matching_letters(d, topic, filters, MAX_MATCHING)
+            letters = [(m.partition, m.offset) for m in found]
+            target = f"topic {topic}: {len(letters)} matching {filters}"
+        else:
+            letters = _letters(form)
+            shown = " ".join(f"{p}:{o}" for p, o in letters[:20])
+            target = f"topic {topic}: {shown}{' ...' if len(letters) > 20 else ''}"
+        count = await d.client.replay_dead_letters(topic, letters=letters) if letters else 0
+    d.guard.audit(access, "replay_dead_letters", target, count)
     return _back(request, form, f"replayed {count} dead letter(s) of {topic}")
 
 

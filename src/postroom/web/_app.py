@@ -100,6 +100,11 @@ class Dashboard:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
+            # A library may swallow one cancellation (see _live._raise_if_cancelled): ask again
+            # rather than wait for ever.
+            while not task.done():
+                await asyncio.wait({task}, timeout=1)
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []

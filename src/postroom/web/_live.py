@@ -42,6 +42,7 @@ class Sample:
     at: float
     topic_high_water: dict[str, int]
     group_lag: dict[str, int]
+    group_consumed: dict[str, int]
     jobs_done: dict[str, int]
     jobs_failed: dict[str, int]
     run_seconds: dict[str, float]
@@ -111,6 +112,7 @@ class Sampler:
                 self._finished_after = finished_at
             if len(rows) < 10_000:
                 break
+        consumed = {g: int(n) for g, n in await self.store.rows("web_group_consumed")}
         failed = {q: int(n) for q, n in await self.store.rows("web_failed_count")}
         if self._failed_before is not None:
             for queue, n in failed.items():
@@ -120,6 +122,7 @@ class Sampler:
             time.time(),
             topics,
             lag,
+            consumed,
             dict(done),
             failed,
             {q: sum(v) / len(v) for q, v in run.items()},
@@ -136,12 +139,15 @@ class Sampler:
             except (psycopg.Error, OSError) as exc:
                 _raise_if_cancelled(exc)
                 log.warning("dashboard sampler: %s", exc)
+            _raise_if_cancelled()  # a round that swallowed its cancellation still ends here
             await asyncio.sleep(self.interval)
 
     def series(self, pick: str, name: str | None = None) -> dict[str, Any]:
-        """One chart's data: ``{"t": [...], "series": {label: [...]}}``. ``pick`` is
-        ``rate`` (messages/s per topic), ``lag`` (per group), ``done`` (jobs/s per queue),
-        ``failed`` (failed jobs per queue) or ``runtime`` (mean run seconds per queue)."""
+        """One chart's data: ``{"t": [...], "series": {label: [...]}}``. ``pick`` is one of
+        :data:`PICKS`: ``rate`` (messages/s per topic), ``lag`` (per group), ``consumed``
+        (messages/s per group), ``relayed`` and ``relay_pending`` (those two for the relay
+        groups, ``relay.*``), ``done`` (jobs/s per queue), ``failed`` (failed jobs per queue),
+        ``failures`` (jobs failed/s per queue) or ``runtime`` (mean run seconds per queue)."""
         samples = list(self.samples)
         times = [s.at for s in samples]
         out: dict[str, list[float | None]] = {}
@@ -153,19 +159,45 @@ class Sampler:
                 out.setdefault(label, [None] * len(samples))[i] = value
         return {"t": times, "series": out}
 
+    def latest(self, pick: str) -> dict[str, float]:
+        """The newest value of each series of ``pick`` (see :meth:`series`)."""
+        samples = list(self.samples)[-2:]
+        if not samples:
+            return {}
+        return _pick(pick, samples[-1], samples[0] if len(samples) == 2 else None)
 
-def _raise_if_cancelled(exc: BaseException) -> None:
-    """A task cancelled inside a query may see psycopg's error for the cancelled query instead
-    of ``CancelledError``: caught as an outage, the loop went on sleeping and ``stop()`` waited
-    for it for ever (the dashboard.md snippet hung on a loaded box). Re-raise the cancellation."""
+
+def _raise_if_cancelled(exc: BaseException | None = None) -> None:
+    """Raise ``CancelledError`` if the calling task was asked to stop. Two ways a loop missed it
+    and ``stop()`` waited for ever (the dashboard.md snippet hung on a loaded box): a task
+    cancelled inside a query may see psycopg's error for the cancelled query instead (caught as
+    an outage), and on Python 3.11 ``asyncio.wait_for`` (which psycopg_pool waits for a
+    connection with) returns normally when what it waits for completes as the cancellation
+    arrives: the round then ended as if nothing happened. ``Task.cancelling()`` still says so."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError from exc
 
 
+PICKS = (
+    "rate",
+    "lag",
+    "consumed",
+    "relayed",
+    "relay_pending",
+    "done",
+    "failed",
+    "failures",
+    "runtime",
+)
+RELAY_PREFIX = "relay."  # the relay groups' names (client.relay_status' default)
+
+
 def _pick(pick: str, sample: Sample, previous: Sample | None) -> dict[str, float]:
     if pick == "lag":
         return {k: float(v) for k, v in sample.group_lag.items()}
+    if pick == "relay_pending":
+        return {k: float(v) for k, v in sample.group_lag.items() if k.startswith(RELAY_PREFIX)}
     if pick == "failed":
         return {k: float(v) for k, v in sample.jobs_failed.items()}
     if pick == "runtime":
@@ -174,13 +206,30 @@ def _pick(pick: str, sample: Sample, previous: Sample | None) -> dict[str, float
         return {}
     elapsed = max(sample.at - previous.at, 1e-6)
     if pick == "rate":
-        return {
-            k: max(v - previous.topic_high_water.get(k, v), 0) / elapsed
-            for k, v in sample.topic_high_water.items()
-        }
+        return _rates(sample.topic_high_water, previous.topic_high_water, elapsed)
+    if pick == "consumed":
+        return _rates(sample.group_consumed, previous.group_consumed, elapsed)
+    if pick == "relayed":
+        rates = _rates(sample.group_consumed, previous.group_consumed, elapsed)
+        return {k: v for k, v in rates.items() if k.startswith(RELAY_PREFIX)}
+    if pick == "failures":
+        # New failed jobs (a retry or delete in the same interval hides as many).
+        return _rates(sample.jobs_failed, previous.jobs_failed, elapsed, new_from=0)
     if pick == "done":
         return {k: v / elapsed for k, v in sample.jobs_done.items()}
     return {}
+
+
+def _rates(
+    now: dict[str, int], before: dict[str, int], elapsed: float, new_from: int | None = None
+) -> dict[str, float]:
+    """Per name, how much ``now`` grew since ``before`` per second (0 if it went back: a reset).
+    A name ``before`` lacks grew from ``new_from`` (None: it did not grow; a new topic or group
+    starts where it starts)."""
+    return {
+        k: max(v - before.get(k, v if new_from is None else new_from), 0) / elapsed
+        for k, v in now.items()
+    }
 
 
 class Live:
@@ -206,6 +255,7 @@ class Live:
             except (psycopg.Error, OSError) as exc:
                 _raise_if_cancelled(exc)
                 log.warning("dashboard live view: LISTEN failed, polling instead: %s", exc)
+            _raise_if_cancelled()
             self.listening = self.sampler.listening = False
             await asyncio.sleep(5)
 

@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from postroom import Message
 from postroom.errors import GroupNotFound, InvalidArgument, JobNotFound, TopicNotFound
 
 from . import _store
+from ._live import PICKS
 from ._security import Access
 
 if TYPE_CHECKING:
     from ._app import Dashboard
 
 DLQ_SUFFIX = ".dlq"
+HEADER = "postroom-dlq-"
+REPLAY_GROUP = "postroom-replay"  # the cursor of client.replay_dead_letters' replay of all
+LISTED = 200  # dead letters a page lists
 STATES = ("ready", "running", "failed", "waiting", "held", "done", "cancelled")
 LAG_AMBER_SECONDS = 60.0
 
@@ -285,22 +291,64 @@ async def job_page(d: Dashboard, request: Request, access: Access) -> Response:
     return d.render(request, "job.html", access, job=job, workflow=workflow)
 
 
+def letter_filters(params: Any) -> dict[str, str]:
+    """The dead-letter list's filters: the group that failed, text in the error."""
+    return {k: (params.get(k) or "").strip() for k in ("group", "error")}
+
+
+async def matching_letters(
+    d: Dashboard, source: str, filters: Mapping[str, str], limit: int
+) -> list[Message]:
+    """The first ``limit`` dead letters of ``source`` (oldest first) that match ``filters``."""
+    letters = await d.client.list_dead_letters(source, limit=limit)
+    group, error = filters.get("group"), (filters.get("error") or "").lower()
+
+    def text(m: Message, name: str) -> str:
+        value = m.headers.get(HEADER + name, "")
+        return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+    return [
+        m
+        for m in letters
+        if (not group or text(m, "group") == group) and error in text(m, "error").lower()
+    ]
+
+
 async def dead_letters_page(d: Dashboard, request: Request, access: Access) -> Response:
     topics = [t for t in await d.client.list_topics() if t.name.endswith(DLQ_SUFFIX)]
     selected = request.query_params.get("topic") or (topics[0].name if topics else "")
-    letters = []
+    filters = letter_filters(request.query_params)
+    letters: list[Message] = []
+    replayed_to: dict[int, int] = {}
     if selected:
-        source = selected.removesuffix(DLQ_SUFFIX)
-        letters = await d.client.list_dead_letters(source, limit=100)
+        letters = await matching_letters(d, selected.removesuffix(DLQ_SUFFIX), filters, LISTED)
+        try:  # how far "replay all" went: the replay's cursor on the dead-letter topic
+            cursor = await d.client.describe_group(REPLAY_GROUP)
+        except GroupNotFound:
+            pass
+        else:
+            replayed_to = {
+                p.partition: p.committed or 0 for p in cursor.partitions if p.topic == selected
+            }
     return d.render(
-        request, "deadletters.html", access, topics=topics, selected=selected, letters=letters
+        request,
+        "deadletters.html",
+        access,
+        topics=topics,
+        selected=selected,
+        letters=letters,
+        filters=filters,
+        replayed_to=replayed_to,
+        listed=LISTED,
     )
 
 
 async def relays_page(d: Dashboard, request: Request, access: Access) -> Response:
     relays = await d.client.relay_status()
     dlq = {t.name: t.high_water for t in await d.client.list_topics()}
-    return d.render(request, "relays.html", access, relays=relays, dlq=dlq)
+    return d.render(
+        request, "relays.html", access, relays=relays, dlq=dlq, rates=d.sampler.latest("relayed")
+    )
 
 
 async def workers_page(d: Dashboard, request: Request, access: Access) -> Response:
@@ -319,8 +367,8 @@ async def audit_page(d: Dashboard, request: Request, access: Access) -> Response
 
 async def series(d: Dashboard, request: Request, access: Access) -> Response:
     pick = request.query_params.get("pick", "rate")
-    if pick not in ("rate", "lag", "done", "failed", "runtime"):
-        raise InvalidArgument(f"pick={pick!r}: use rate, lag, done, failed or runtime")
+    if pick not in PICKS:
+        raise InvalidArgument(f"pick={pick!r}: use one of {', '.join(PICKS)}")
     return JSONResponse(d.sampler.series(pick, request.query_params.get("name") or None))
 
 
