@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from operator import attrgetter
 from typing import Any
 
 from ..._acompat import ato_thread
@@ -37,10 +38,19 @@ from ..records import (
 from .admin_async import AsyncKafkaAdmin
 from .bridge import AsyncHooks
 from .failures import kafka_module, translate
-from .messages import to_message, to_partitions
+from .messages import to_messages, to_partitions
 
 JOIN_WAIT = 60.0
 """Seconds ``assignment()`` waits for the first rebalance of a new member."""
+_TOPIC_PARTITION = attrgetter("topic", "partition")
+_OFFSET = attrgetter("offset")
+_VALUE = attrgetter("value")
+_KEY = attrgetter("key")
+
+
+def _size(messages: list[Message]) -> int:
+    """The bytes of the keys and values of ``messages`` (C-level loops: no frame a message)."""
+    return sum(map(len, map(_VALUE, messages))) + sum(map(len, filter(None, map(_KEY, messages))))
 
 
 class AsyncKafkaConsumer:
@@ -206,22 +216,26 @@ class AsyncKafkaConsumer:
 
     async def _fetch(self, timeout: float, limit: int) -> None:
         """Move what librdkafka has (waiting up to ``timeout`` for the first) to the buffer."""
-        records = await self._call(self._consumer.consume, limit, 0)
+        records = await self._call(self._take, timeout, limit)  # one thread hop a batch
+        # After the hop: the rebalance callbacks librdkafka ran meanwhile have updated
+        # _assigned (keyed by TopicPartition, a tuple: (topic, p) finds it).
+        messages, error = to_messages(records, self._assigned)
+        self._buffer += messages
+        if error is not None:
+            raise translate(self._kafka.KafkaException(error), "consuming", self._admin.where)
+
+    def _take(self, timeout: float, limit: int) -> list[Any]:
+        # Blocking, in a worker thread (the sync twin: the caller's): up to ``limit`` records,
+        # what librdkafka has now, else the first to come within ``timeout`` and what follows.
+        records: list[Any] = self._consumer.consume(limit, 0)
         if not records and timeout > 0:
-            first = await self._call(self._consumer.poll, timeout)
-            records = [] if first is None else [first]
-            if records and limit > 1:
-                records += await self._call(self._consumer.consume, limit - 1, 0)
-        assigned = self._assigned  # keyed by TopicPartition, a tuple: (topic, p) finds it
-        buffer = self._buffer
-        for record in records:
-            error = record.error()
-            if error is not None:
-                if error.code() == self._kafka.KafkaError._PARTITION_EOF:
-                    continue
-                raise translate(self._kafka.KafkaException(error), "consuming", self._admin.where)
-            if (record.topic(), record.partition()) in assigned:
-                buffer.append(to_message(record))
+            first = self._consumer.poll(timeout)
+            if first is None:
+                return []
+            records = [first]
+            if limit > 1:
+                records += self._consumer.consume(limit - 1, 0)
+        return records
 
     async def poll(
         self, timeout: float = 1.0, max_messages: int = 500, max_bytes: int = 50 * 1024 * 1024
@@ -237,19 +251,23 @@ class AsyncKafkaConsumer:
         if not self._buffer:
             await self._fetch(float(timeout), max_messages)
         buffer = self._buffer
-        count, size = 0, 0
-        for message in buffer[:max_messages]:
-            size += len(message.value) + len(message.key or b"")
-            if count and size > max_bytes:
-                break
-            count += 1
-        taken, self._buffer = buffer[:count], buffer[count:]
-        ends: dict[tuple[str, int], int] = {}
-        for message in taken:
-            ends[message.topic, message.partition] = message.offset + 1
-        for (topic, partition), end in ends.items():
+        taken = buffer[:max_messages]
+        if _size(taken) > max_bytes:  # rare: count up to the budget (one always comes)
+            count, size = 0, 0
+            for message in taken:
+                size += len(message.value) + len(message.key or b"")
+                if count and size > max_bytes:
+                    break
+                count += 1
+            taken = taken[:count]
+        self._buffer = buffer[len(taken) :]
+        # A partition's messages are in offset order: its last one in the batch gives its end.
+        ends: dict[tuple[str, int], int] = dict(
+            zip(map(_TOPIC_PARTITION, taken), map(_OFFSET, taken), strict=True)
+        )
+        for (topic, partition), last in ends.items():
             tp = TopicPartition(topic, partition)
-            self._positions[tp] = end
+            self._positions[tp] = last + 1
             self._read_at[tp] = self._assigned[tp]
             self._uncommitted.add(tp)
         return taken

@@ -7,13 +7,15 @@ valid UTF-8 is read as ``str``: docs/kafka.md).
 
 from __future__ import annotations
 
+from collections.abc import Container, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..records import HeaderValue, Message, TopicPartition, build_message, decode_headers
+from ..records import HeaderValue, Message, MessageBuilder, TopicPartition, decode_headers
 
 EPOCH = datetime.fromtimestamp(0, UTC)
-_NO_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE
+NO_TIMESTAMP = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE
+PARTITION_EOF = -191  # confluent_kafka.KafkaError._PARTITION_EOF
 
 
 def kafka_headers(encoded: dict[str, Any] | None) -> list[tuple[str, bytes]] | None:
@@ -35,21 +37,59 @@ def _header(value: bytes | None) -> HeaderValue:
         return value
 
 
-def to_message(record: Any) -> Message:
-    """The postroom ``Message`` of a confluent-kafka message (no error set)."""
-    kind, millis = record.timestamp()
-    timestamp = EPOCH if kind == _NO_TIMESTAMP else datetime.fromtimestamp(millis / 1000, UTC)
-    headers = {name: _header(value) for name, value in record.headers() or ()}
-    value = record.value()
-    return build_message(
-        record.topic(),
-        record.partition(),
-        record.offset(),
-        record.key(),
-        b"" if value is None else value,
-        headers,
-        timestamp,
-    )
+def to_messages(
+    records: Sequence[Any], held: Container[tuple[str, int]]
+) -> tuple[list[Message], Any]:
+    """The postroom ``Message`` of each confluent-kafka record of a partition in ``held``, in
+    order, and the first error a record carries (None if none; end-of-partition is no error):
+    the messages before it are returned, the records after it dropped.
+
+    This loop is most of a consumer's CPU, so it does per record only what a raw
+    confluent-kafka loop does (read the fields) plus the slot stores: messages are built inline
+    (``records.MessageBuilder``, no call frame per record), ``held`` is looked up once per run
+    of one partition (librdkafka returns a partition's records together), and a timestamp is
+    converted once per run of one millisecond (a ``datetime`` is immutable: the messages of
+    that millisecond share it). Micro-benchmark: 2.2 us a record with a helper per record,
+    0.5 us inline, 0.13 us for the raw loop that only reads the fields.
+    """
+    messages: list[Message] = []
+    append = messages.append
+    new, builder, message_class = object.__new__, MessageBuilder, Message
+    name, current, keep = "", -1, False
+    last_stamp: Any = None
+    timestamp = EPOCH
+    for record in records:
+        error = record.error()
+        if error is not None:
+            if error.code() == PARTITION_EOF:
+                continue
+            return messages, error
+        topic, partition = record.topic(), record.partition()
+        if partition != current or topic != name:
+            name, current = topic, partition
+            keep = (topic, partition) in held
+        if not keep:
+            continue
+        stamp = record.timestamp()
+        if stamp != last_stamp:
+            last_stamp = stamp
+            kind, millis = stamp
+            timestamp = (
+                EPOCH if kind == NO_TIMESTAMP else datetime.fromtimestamp(millis / 1000, UTC)
+            )
+        message: Any = new(builder)
+        message.topic = name
+        message.partition = partition
+        message.offset = record.offset()
+        message.key = record.key()
+        value = record.value()
+        message.value = b"" if value is None else value
+        headers = record.headers()
+        message.headers = {} if headers is None else {n: _header(v) for n, v in headers}
+        message.timestamp = timestamp
+        message.__class__ = message_class
+        append(message)
+    return messages, None
 
 
 def to_partitions(partitions: Any) -> set[TopicPartition]:
