@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Annotated
@@ -15,10 +14,7 @@ from rich.table import Table
 
 import postroom
 from postroom import embedded
-from postroom._checks import check_schema
 from postroom.errors import InvalidArgument
-from postroom.log.kafka.settings import is_kafka_url
-from postroom.relay.loop import Relay, RelaySource
 
 from .common import console, format_duration, note, open_client, print_json, settings, when
 from .progress import every
@@ -157,10 +153,8 @@ def relay(
     # No client: the relay opens its own pool (asyncio) on the URL and schema, and a client's
     # sync pool, opened and closed unused, cost a connection and a round trip at each start.
     options = settings(ctx)
-    if is_kafka_url(options.url if options.url is not None else os.environ.get("POSTROOM_URL")):
-        raise InvalidArgument("the relay reads from PostgreSQL: --url must be a PostgreSQL URL")
-    source = RelaySource(embedded.resolve_url(options.url), check_schema(options.schema))
-    runner = Relay(
+    source = postroom.RelaySource(embedded.resolve_url(options.url), options.schema)
+    runner = postroom.Relay(
         source,
         topics,
         to,

@@ -8,7 +8,7 @@ This package sits between the client facade and the log engine: it takes the eng
 from .delivery import RelayCounters
 from .inbox import Inbox
 from .inbox_async import AsyncInbox
-from .loop import AsyncRelay, Relay
+from .loop import AsyncRelay, Relay, RelaySource
 from .records import RelayStatus
 from .routing import Outbound, Route
 from .sinks import Sink, open_sink
@@ -20,6 +20,7 @@ __all__ = [
     "Outbound",
     "Relay",
     "RelayCounters",
+    "RelaySource",
     "RelayStatus",
     "Route",
     "Sink",

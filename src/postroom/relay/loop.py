@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
-from .._checks import safe_str
+from .._checks import check_schema, safe_str
 from .._db_async import open_database
 from .._reconnect import reconnect_delay
 from ..errors import (
@@ -38,6 +38,7 @@ from ..errors import (
 )
 from ..log.deadletter_headers import REPLAY_GROUP, replay_for_another_group
 from ..log.engine_async import AsyncLog
+from ..log.kafka.settings import is_kafka_url
 from ..log.records import Message, TopicPartition, check_member_id, check_name
 from ..log.subscription import DLQ_SUFFIX
 from ..queue.backoff import Backoff
@@ -408,6 +409,11 @@ class RelaySource:
 
     conninfo: str
     schema: str
+
+    def __post_init__(self) -> None:
+        if is_kafka_url(self.conninfo):
+            raise InvalidArgument("the relay reads from PostgreSQL: give it a PostgreSQL URL")
+        check_schema(self.schema)
 
 
 class Relay:
