@@ -38,19 +38,12 @@ from ..records import (
 from .admin_async import AsyncKafkaAdmin
 from .bridge import AsyncHooks
 from .failures import kafka_module, translate
-from .messages import to_messages, to_partitions
+from .messages import message_bytes, to_messages, to_partitions
 
 JOIN_WAIT = 60.0
 """Seconds ``assignment()`` waits for the first rebalance of a new member."""
 _TOPIC_PARTITION = attrgetter("topic", "partition")
 _OFFSET = attrgetter("offset")
-_VALUE = attrgetter("value")
-_KEY = attrgetter("key")
-
-
-def _size(messages: list[Message]) -> int:
-    """The bytes of the keys and values of ``messages`` (C-level loops: no frame a message)."""
-    return sum(map(len, map(_VALUE, messages))) + sum(map(len, filter(None, map(_KEY, messages))))
 
 
 class AsyncKafkaConsumer:
@@ -252,7 +245,7 @@ class AsyncKafkaConsumer:
             await self._fetch(float(timeout), max_messages)
         buffer = self._buffer
         taken = buffer[:max_messages]
-        if _size(taken) > max_bytes:  # rare: count up to the budget (one always comes)
+        if message_bytes(taken) > max_bytes:  # rare: count up to the budget (one always comes)
             count, size = 0, 0
             for message in taken:
                 size += len(message.value) + len(message.key or b"")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from ..records import HeaderValue, Message, MessageBuilder, TopicPartition, decode_headers
@@ -100,3 +101,12 @@ def to_partitions(partitions: Any) -> set[TopicPartition]:
 def record_headers(encoded: dict[str, Any] | None) -> dict[str, HeaderValue] | None:
     """A checked record's headers (their JSON form) back as ``str``/``bytes`` values."""
     return None if encoded is None else decode_headers(encoded)
+
+
+_VALUE = attrgetter("value")
+_KEY = attrgetter("key")
+
+
+def message_bytes(messages: list[Message]) -> int:
+    """The bytes of the keys and values of ``messages`` (C-level loops: no frame a message)."""
+    return sum(map(len, map(_VALUE, messages))) + sum(map(len, filter(None, map(_KEY, messages))))
