@@ -281,12 +281,16 @@ def test_the_live_view_updates_when_a_message_is_published(
     # (the polling fallback fires every 30 s).
     server = serve(sample_interval=300)
     page.goto(server.url + "/topics/orders?partition=0&tail=1")
-    wait_for(lambda: page.inner_text("#live-state") == "live", what="SSE connected")
+    # The page renders "live" when the server listens; the stream's hello marks the body.
+    page.wait_for_function("document.body.dataset.connected === '1'", timeout=10_000)
     client.publish("orders", {"live": True}, key="live-key", partition=0)
     page.wait_for_function(
         "document.querySelector('#messages').innerText.includes('live-key')", timeout=10_000
     )
+    # Brought by a notification's event, not only by the refresh on connecting.
+    assert int(page.evaluate("document.body.dataset.refreshes || '0'")) >= 1
     page.goto(server.url + "/")
+    page.wait_for_function("document.body.dataset.connected === '1'", timeout=10_000)
     failed_before = page.inner_text("#n-failed")
     client.retry_failed_jobs()
     page.wait_for_function(

@@ -42,6 +42,10 @@
     var source = new EventSource(base + "/events");
     source.addEventListener("hello", function () {
       if (stateLabel) { stateLabel.textContent = "live"; }
+      // A change between the page's render and this (re)connection sent no event to us:
+      // refresh once so it is not missed until the next poll.
+      document.body.dataset.connected = String(Number(document.body.dataset.connected || 0) + 1);
+      htmx.trigger(document.body, "live");
     });
     source.addEventListener("refresh", function () {
       refreshes += 1;
