@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
 
