@@ -9,12 +9,14 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import postroom
-from postroom.relay import Relay
+from postroom import Backoff
+from postroom.errors import MessageRejected, SinkUnavailable
+from postroom.relay import Outbound, Relay, Sink
 
 
 def unique(prefix: str) -> str:
@@ -144,3 +146,41 @@ def stop_relays(procs: list[subprocess.Popen[str]]) -> list[str]:
         # -SIGTERM: a relay stopped while still starting (before its handler was installed).
         assert proc.returncode in (0, -signal.SIGTERM), err
     return errors
+
+
+FAST = Backoff(base=0.01, factor=2, max_delay=0.05)
+
+
+class ScriptedSink(Sink):
+    """Acknowledges everything except what ``refuse`` (ids refused for good) and ``down``
+    (while set, nothing is taken) say; ``sent`` keeps the ids acknowledged, in order."""
+
+    scheme = "scripted"
+
+    def __init__(self) -> None:
+        super().__init__("scripted://test")
+        self.sent: list[str] = []
+        self.refuse: set[str] = set()
+        self.down = threading.Event()
+        self.calls = 0
+        self.opened = 0
+        self.closed = 0
+
+    async def open(self) -> None:
+        self.opened += 1
+
+    async def send(self, batch: Sequence[Outbound]) -> None:
+        self.calls += 1
+        if self.down.is_set():
+            raise SinkUnavailable("scripted outage")
+        for index, out in enumerate(batch):
+            if out.id in self.refuse:
+                raise MessageRejected(f"refused {out.id}", index)
+            self.sent.append(out.id)
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
+def ids(topic: str, offsets: range | list[int], partition: int = 0) -> list[str]:
+    return [f"{topic}/{partition}/{o}" for o in offsets]
