@@ -11,8 +11,7 @@ import psycopg
 import postroom
 from postroom.relay import Outbound
 
-from ..relay.helpers import group_lag, running_relay
-from ..relay.test_loop import FAST, ScriptedSink
+from ..relay.helpers import FAST, ScriptedSink, group_lag, running_relay
 from ..signals import wait_for
 from .test_runner import running
 
