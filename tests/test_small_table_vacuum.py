@@ -78,6 +78,25 @@ def test_the_retention_runner_vacuums_counters_and_cursors_past_the_threshold(
     assert sorted(runner.vacuumed) == ["cursors", "partitions"]  # not again: nothing dead
 
 
+def test_the_retention_runner_vacuums_the_dashboards_ring_of_samples(
+    client: postroom.Client, dsn: str
+) -> None:
+    # A ring of three samples (migration 0036), each overwritten many times: the dead versions
+    # a long transaction elsewhere would keep from being pruned in place.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO postroom.web_samples SELECT s, now(), '{}' FROM generate_series(0, 2) s"
+        )
+    churn(dsn, "UPDATE postroom.web_samples SET sampled_at = clock_timestamp()")
+    wait_for(lambda: stats(dsn, "web_samples")[0] > SMALL_VACUUM_MIN_DEAD, 10, "ring stats")
+    before = stats(dsn, "web_samples")[1]
+    runner = RetentionRunner(client._db, interval=60, stopping=Event())
+    runner.run_once()
+    assert runner.vacuumed == ["web_samples"]
+    wait_for(lambda: stats(dsn, "web_samples")[1] > before, 10, "web_samples's VACUUM")
+    assert stats(dsn, "web_samples")[0] < SMALL_VACUUM_MIN_DEAD
+
+
 def test_the_workers_vacuum_the_queues_small_tables_past_the_threshold(
     client: postroom.Client, dsn: str
 ) -> None:

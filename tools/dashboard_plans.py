@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import postroom
@@ -60,6 +60,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "web_finished_since": {"after": datetime.now(UTC), "limit": 10_000},
     "web_group_consumed": {},
     "web_failed_count": {},
+    "web_samples_since": {"after": None, "window": timedelta(hours=2)},
 }
 
 

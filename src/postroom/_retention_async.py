@@ -8,8 +8,9 @@ of ``apply_retention``, batches of 10,000 per partition, repeated until nothing 
 expire) and, if that deleted rows and its role owns ``messages``, VACUUMs ``messages`` so that
 the dead rows are reused whatever autovacuum does (it may be off, or slow). It also VACUUMs the
 log's small hot tables (the counter rows ``partitions``, the ``cursors``, and the group state
-``groups``, ``members``, ``leases``, ``group_activity``) once one holds more than 1,000 dead rows
-and more than a fifth of its live ones: every publish and commit updates a row there; and
+``groups``, ``members``, ``leases``, ``group_activity``), and the dashboard's ring of samples
+``web_samples``, once one holds more than 1,000 dead rows and more than a fifth of its live
+ones: every publish and commit updates a row there (and every sample a slot); and
 ``staged_messages`` every round (the dead rows that publishes in callers' transactions leave,
 migration 0017). The others skip that round. ``POSTROOM_RETENTION_INTERVAL`` sets the
 interval in seconds (default 30), and ``connect(retention_interval=...)`` overrides it per
@@ -41,6 +42,7 @@ SMALL_TABLE_VACUUMS = {
     "members": "vacuum_members",
     "leases": "vacuum_leases",
     "group_activity": "vacuum_group_activity",
+    "web_samples": "vacuum_web_samples",  # the dashboard's ring (migration 0036)
 }
 MAX_CALLS_PER_ROUND = 100
 """run_retention calls per round at most (each up to 10,000 messages per partition), so that a

@@ -345,12 +345,14 @@ VACUUM {schema}.messages;
 
 -- name: log_dead_tuples
 -- Dead and live row estimates of the log's small hot tables (counters, cursors, group state)
--- from the statistics views (no locks): each update of a counter or cursor leaves a dead row.
+-- and of the dashboard's ring of samples, from the statistics views (no locks): each update of
+-- a counter, a cursor or a sample's slot leaves a dead row.
 SELECT c.relname, coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0)
 FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.oid IN ('{schema}.partitions'::regclass, '{schema}.cursors'::regclass,
                 '{schema}.groups'::regclass, '{schema}.members'::regclass,
-                '{schema}.leases'::regclass, '{schema}.group_activity'::regclass)
+                '{schema}.leases'::regclass, '{schema}.group_activity'::regclass,
+                '{schema}.web_samples'::regclass)
 ORDER BY c.relname;
 
 -- name: vacuum_partitions
@@ -376,3 +378,9 @@ VACUUM {schema}.leases;
 -- name: vacuum_group_activity
 -- Vacuums the groups' activity marks (SHARE UPDATE EXCLUSIVE).
 VACUUM {schema}.group_activity;
+
+-- name: vacuum_web_samples
+-- Vacuums the dashboard's ring of samples (migration 0036), whose overwrites are HOT updates
+-- pruned in place but for the few a long transaction elsewhere kept from it (SHARE UPDATE
+-- EXCLUSIVE: samplers and charts go on).
+VACUUM {schema}.web_samples;

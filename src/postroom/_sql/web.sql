@@ -239,3 +239,17 @@ LISTEN postroom; LISTEN postroom_jobs; LISTEN postroom_groups;
 -- name: web_clock
 -- The database's clock (no locks).
 SELECT now();
+
+-- name: web_record_sample
+-- Records one sample of the dashboard's time series in the ring of %(slots)s rows, unless
+-- another sampler recorded one in the last %(interval)s; returns its time or NULL (the
+-- function takes web_samples' SHARE ROW EXCLUSIVE lock: one writer at a time, readers go on).
+SELECT {schema}.record_web_sample(%(points)s::jsonb, %(interval)s::interval, %(slots)s::integer);
+
+-- name: web_samples_since
+-- The recorded samples after %(after)s (NULL: all) of the last %(window)s, oldest first: the
+-- charts' time series. The ring holds at most one row per slot, so this reads at most that
+-- many rows (no locks).
+SELECT sampled_at, points FROM {schema}.web_samples
+WHERE sampled_at > greatest(%(after)s::timestamptz, now() - %(window)s::interval)
+ORDER BY sampled_at;

@@ -1,10 +1,19 @@
 """What changes over time: the sampler (charts and counters) and the live wake-ups (SSE).
 
-Time series come from periodic samples kept in memory by the dashboard process: a bounded ring
-(``history`` samples, one every ``interval`` seconds), so a read-only role suffices and nothing
-is written to the database. Each sample costs what the overview costs: counter rows, index
-probes, planner estimates, and the finished jobs since the previous sample (through the BRIN
-index on ``finished_at``, so only the newest block ranges are read).
+Time series come from periodic samples recorded in the database: the ring ``web_samples``
+(migration 0036; ``history`` rows, one sample every ``interval`` seconds), so a restarted
+dashboard keeps its charts and every dashboard process of a schema (and ``postroom metrics
+--serve``) draws the same series. Each process samples every interval; ``record_web_sample``
+writes a sample only if none of the last interval is there, so several samplers write one
+between them, and each process then reads the ring's new rows into its own copy
+(:attr:`Sampler.samples`), which the charts are drawn from. A role that may not record samples
+(no EXECUTE on ``record_web_sample``, no SELECT on ``web_samples``, a schema before 0036, a
+read-only standby) keeps its samples in that copy alone, as before: history then starts when
+the process starts, and the log says so once.
+
+Each sample costs what the overview costs: counter rows, index probes, planner estimates, and
+the finished jobs since the previous sample (through the BRIN index on ``finished_at``, so
+only the newest block ranges are read).
 
 Live view: one connection LISTENs to the publish, job and group channels; every wake-up bumps a
 version, and each server-sent-event stream sends at most one ``refresh`` per ``debounce``
@@ -21,11 +30,13 @@ import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
+from ._samples import Sample, from_points, pick, to_points
 from ._store import WebStore
 
 if TYPE_CHECKING:
@@ -35,17 +46,6 @@ log = logging.getLogger("postroom.web")
 
 # Run-time histogram buckets in seconds (Prometheus' defaults, extended for long jobs).
 RUN_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
-
-
-@dataclass
-class Sample:
-    at: float
-    topic_high_water: dict[str, int]
-    group_lag: dict[str, int]
-    group_consumed: dict[str, int]
-    jobs_done: dict[str, int]
-    jobs_failed: dict[str, int]
-    run_seconds: dict[str, float]
 
 
 @dataclass
@@ -71,22 +71,48 @@ class Totals:
         self.run_count[queue] += 1
 
 
+# What says this role (or this schema, or this server) cannot record or read the samples in the
+# database: the sampler then keeps them in memory. Anything else is an outage, tried again.
+NOT_RECORDABLE = (
+    pg_errors.InsufficientPrivilege,  # no EXECUTE on record_web_sample, no SELECT on web_samples
+    pg_errors.UndefinedFunction,  # a schema migrated before 0036
+    pg_errors.UndefinedTable,
+    pg_errors.ReadOnlySqlTransaction,  # a hot standby
+)
+
+
 class Sampler:
-    """Samples the schema every ``interval`` seconds into a ring of ``history`` samples."""
+    """Samples the schema every ``interval`` seconds, records the sample in the database's ring
+    of ``history`` samples (unless another sampler recorded one this interval) and keeps a copy
+    of that ring in :attr:`samples`, from which :meth:`series` and :meth:`latest` draw. Where
+    the ring cannot be recorded or read, :attr:`samples` is a ring in memory alone."""
 
     def __init__(
-        self, client: AsyncClient, store: WebStore, *, interval: float, history: int = 720
+        self,
+        client: AsyncClient,
+        store: WebStore,
+        *,
+        interval: float,
+        history: int = 720,
+        max_age: float | None = None,
     ) -> None:
         self.client = client
         self.store = store
         self.interval = interval
+        self.history = history
+        # Recorded samples older than this are not drawn (a ring a dashboard stopped long ago
+        # left); twice the ring's span, as rounds take longer than the interval.
+        self.max_age = 2 * interval * history if max_age is None else max_age
         self.samples: deque[Sample] = deque(maxlen=history)
+        self.durable = True  # False once the database refused: samples stay in memory
         self.totals = Totals()
         self.version = 0
         self.listening = False  # set by Live: ticks then need not refresh the views
         self.changed = asyncio.Event()
         self._finished_after: datetime | None = None
         self._failed_before: dict[str, int] | None = None
+        self._round_at: float | None = None  # monotonic time of the previous round
+        self._read_until: datetime | None = None  # the newest recorded sample read
 
     def bump(self) -> None:
         self.version += 1
@@ -94,6 +120,40 @@ class Sampler:
         self.changed = asyncio.Event()
 
     async def sample(self) -> Sample:
+        """One round: read the schema, record the sample (or keep it in memory), read the
+        samples recorded since the last round (this one's or another process's)."""
+        sample = await self.read()
+        if self.durable:
+            try:
+                await self.store.record_sample(
+                    to_points(sample), timedelta(seconds=self.interval), self.history
+                )
+                await self._read_recorded()
+                return sample
+            except NOT_RECORDABLE as exc:
+                self.durable = False
+                log.warning(
+                    "dashboard sampler: cannot keep samples in the database (%s); keeping them "
+                    "in this process's memory: charts start with this process (docs/dashboard.md"
+                    ', "Time series", names the grant)',
+                    str(exc).strip(),
+                )
+        self.samples.append(sample)
+        return sample
+
+    async def _read_recorded(self) -> None:
+        window = timedelta(seconds=self.max_age)
+        rows = await self.store.rows(
+            "web_samples_since", {"after": self._read_until, "window": window}
+        )
+        for sampled_at, points in rows:
+            self._read_until = sampled_at
+            recorded = from_points(sampled_at.timestamp(), points)
+            if recorded is not None:
+                self.samples.append(recorded)
+
+    async def read(self) -> Sample:
+        """The schema's counters and gauges now, and the jobs finished since the last round."""
         topics = {t.name: t.high_water for t in await self.client.list_topics()}
         lag = {g.name: g.lag for g in await self.client.list_groups()}
         if self._finished_after is None:
@@ -118,17 +178,19 @@ class Sampler:
             for queue, n in failed.items():
                 self.totals.failed[queue] += max(n - self._failed_before.get(queue, 0), 0)
         self._failed_before = failed
-        sample = Sample(
+        now = time.monotonic()
+        # A rate over this sampler's own round, so it stands on its own whoever records it.
+        elapsed = None if self._round_at is None else max(now - self._round_at, 1e-6)
+        self._round_at = now
+        return Sample(
             time.time(),
             topics,
             lag,
             consumed,
-            dict(done),
+            {} if elapsed is None else {q: n / elapsed for q, n in done.items()},
             failed,
             {q: sum(v) / len(v) for q, v in run.items()},
         )
-        self.samples.append(sample)
-        return sample
 
     async def run(self) -> None:
         while True:
@@ -142,29 +204,30 @@ class Sampler:
             _raise_if_cancelled()  # a round that swallowed its cancellation still ends here
             await asyncio.sleep(self.interval)
 
-    def series(self, pick: str, name: str | None = None) -> dict[str, Any]:
-        """One chart's data: ``{"t": [...], "series": {label: [...]}}``. ``pick`` is one of
-        :data:`PICKS`: ``rate`` (messages/s per topic), ``lag`` (per group), ``consumed``
-        (messages/s per group), ``relayed`` and ``relay_pending`` (those two for the relay
-        groups, ``relay.*``), ``done`` (jobs/s per queue), ``failed`` (failed jobs per queue),
-        ``failures`` (jobs failed/s per queue) or ``runtime`` (mean run seconds per queue)."""
+    def series(self, chart: str, name: str | None = None) -> dict[str, Any]:
+        """One chart's data: ``{"t": [...], "series": {label: [...]}}``. ``chart`` is one of
+        :data:`~._samples.PICKS`: ``rate`` (messages/s per topic), ``lag`` (per group),
+        ``consumed`` (messages/s per group), ``relayed`` and ``relay_pending`` (those two for
+        the relay groups, ``relay.*``), ``done`` (jobs/s per queue), ``failed`` (failed jobs
+        per queue), ``failures`` (jobs failed/s per queue) or ``runtime`` (mean run seconds per
+        queue)."""
         samples = list(self.samples)
         times = [s.at for s in samples]
         out: dict[str, list[float | None]] = {}
         for i, s in enumerate(samples):
-            values = _pick(pick, s, samples[i - 1] if i else None)
+            values = pick(chart, s, samples[i - 1] if i else None)
             for label, value in values.items():
                 if name is not None and label != name:
                     continue
                 out.setdefault(label, [None] * len(samples))[i] = value
         return {"t": times, "series": out}
 
-    def latest(self, pick: str) -> dict[str, float]:
-        """The newest value of each series of ``pick`` (see :meth:`series`)."""
+    def latest(self, chart: str) -> dict[str, float]:
+        """The newest value of each series of ``chart`` (see :meth:`series`)."""
         samples = list(self.samples)[-2:]
         if not samples:
             return {}
-        return _pick(pick, samples[-1], samples[0] if len(samples) == 2 else None)
+        return pick(chart, samples[-1], samples[0] if len(samples) == 2 else None)
 
 
 def _raise_if_cancelled(exc: BaseException | None = None) -> None:
@@ -177,59 +240,6 @@ def _raise_if_cancelled(exc: BaseException | None = None) -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError from exc
-
-
-PICKS = (
-    "rate",
-    "lag",
-    "consumed",
-    "relayed",
-    "relay_pending",
-    "done",
-    "failed",
-    "failures",
-    "runtime",
-)
-RELAY_PREFIX = "relay."  # the relay groups' names (client.relay_status' default)
-
-
-def _pick(pick: str, sample: Sample, previous: Sample | None) -> dict[str, float]:
-    if pick == "lag":
-        return {k: float(v) for k, v in sample.group_lag.items()}
-    if pick == "relay_pending":
-        return {k: float(v) for k, v in sample.group_lag.items() if k.startswith(RELAY_PREFIX)}
-    if pick == "failed":
-        return {k: float(v) for k, v in sample.jobs_failed.items()}
-    if pick == "runtime":
-        return dict(sample.run_seconds)
-    if previous is None:
-        return {}
-    elapsed = max(sample.at - previous.at, 1e-6)
-    if pick == "rate":
-        return _rates(sample.topic_high_water, previous.topic_high_water, elapsed)
-    if pick == "consumed":
-        return _rates(sample.group_consumed, previous.group_consumed, elapsed)
-    if pick == "relayed":
-        rates = _rates(sample.group_consumed, previous.group_consumed, elapsed)
-        return {k: v for k, v in rates.items() if k.startswith(RELAY_PREFIX)}
-    if pick == "failures":
-        # New failed jobs (a retry or delete in the same interval hides as many).
-        return _rates(sample.jobs_failed, previous.jobs_failed, elapsed, new_from=0)
-    if pick == "done":
-        return {k: v / elapsed for k, v in sample.jobs_done.items()}
-    return {}
-
-
-def _rates(
-    now: dict[str, int], before: dict[str, int], elapsed: float, new_from: int | None = None
-) -> dict[str, float]:
-    """Per name, how much ``now`` grew since ``before`` per second (0 if it went back: a reset).
-    A name ``before`` lacks grew from ``new_from`` (None: it did not grow; a new topic or group
-    starts where it starts)."""
-    return {
-        k: max(v - before.get(k, v if new_from is None else new_from), 0) / elapsed
-        for k, v in now.items()
-    }
 
 
 class Live:

@@ -16,7 +16,7 @@ from postroom import Message
 from postroom.errors import GroupNotFound, InvalidArgument, JobNotFound, TopicNotFound
 
 from . import _store
-from ._live import PICKS
+from ._samples import PICKS
 from ._security import Access
 
 if TYPE_CHECKING:

@@ -4,17 +4,19 @@ The web package is an adapter: actions go through the client's public API. What 
 does not give (bounded browsing, cheap counts, members, schedules) is read here, on connections
 opened from ``client.conninfo`` with ``default_transaction_read_only`` on, so no read can
 write even if a query were wrong. The one write without a public call (``delete_job``) opens a
-read-write transaction explicitly.
+read-write transaction explicitly, and so does recording a sample of the time series (through
+``record_web_sample``, a SECURITY DEFINER function that writes only ``web_samples``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from postroom import _sql
@@ -168,3 +170,21 @@ class WebStore:
             await conn.execute(b"SET TRANSACTION READ WRITE")
             cur = await conn.execute(self._rendered["web_delete_job"], {"id": job_id})
             return len(await cur.fetchall())
+
+    # -- the time series ---------------------------------------------------------------------
+
+    async def record_sample(
+        self, points: Mapping[str, Any], interval: timedelta, slots: int
+    ) -> datetime | None:
+        """Record one sample in the ring ``web_samples`` of ``slots`` rows (migration 0036):
+        its time, or None if another sampler recorded one within ``interval``. The role needs
+        EXECUTE on ``record_web_sample`` (docs/dashboard.md); without it psycopg's
+        InsufficientPrivilege is raised."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(b"SET TRANSACTION READ WRITE")
+            cur = await conn.execute(
+                self._rendered["web_record_sample"],
+                {"points": Jsonb(dict(points)), "interval": interval, "slots": slots},
+            )
+            row = await cur.fetchone()
+            return None if row is None else row[0]
