@@ -4,6 +4,9 @@ only, never with a password; and relay status under a consumer-only role."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -24,7 +27,25 @@ from postroom.relay.sink_error_policy import (
 
 from ..roles import login_role
 from ..signals import wait_for
-from .helpers import FAST, ScriptedSink, group_lag, running_relay
+from .helpers import CLI, FAST, ScriptedSink, group_lag, running_relay
+
+ERROR = "SinkUnavailable: scripted outage"
+
+
+def cli(client: postroom.Client, *args: str) -> str:
+    """``postroom ARGS`` in a process of its own, on a wide terminal; its stdout."""
+    env = {**os.environ, "COLUMNS": "300"}
+    done = subprocess.run(
+        [*CLI, "--url", client.conninfo, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
 
 # -- the policy, sans-IO -------------------------------------------------------------------
 
@@ -122,11 +143,18 @@ def test_an_outage_shows_the_error_with_its_start_and_a_recovery_clears_it(
         [status] = client.relay_status(["relay.s"])
         error = status.sink_error
         assert error is not None
-        assert error.error == "SinkUnavailable: scripted outage"
+        assert error.error == ERROR
         assert before - timedelta(seconds=1) <= error.since  # one clock: the same machine
         assert error.since <= error.seen_at <= datetime.now(UTC)
         assert status.pending == 1
         assert [e.member for e in status.sink_errors] == [error.member]
+        shown = cli(client, "relay", "status", "--json")
+        [listed] = json.loads(shown)
+        assert [(e["member"], e["error"]) for e in listed["sink_errors"]] == [
+            (error.member, error.error)
+        ]
+        table = cli(client, "relay", "status")
+        assert "sink error" in table and ERROR in table and f"member {error.member}" in table
         sink.down.clear()
         wait_for(lambda: sink_error(client) is None, what="the recovery recorded")
         assert client.relay_status(["relay.s"])[0].pending == 0
