@@ -4,12 +4,14 @@ only, never with a password; and relay status under a consumer-only role."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import pytest
 from psycopg.conninfo import make_conninfo
@@ -110,6 +112,26 @@ def test_the_text_has_no_password_and_is_bounded() -> None:
     assert len(long) == MAX_SINK_ERROR_CHARS and long.endswith("...")
 
 
+def test_a_new_member_starts_a_policy_of_its_own() -> None:
+    deliveries = delivery.Delivery(
+        cast(Any, None),
+        ScriptedSink(),
+        group="relay.s",
+        counters=delivery.RelayCounters(),
+        stopping=asyncio.Event(),
+        backoff=FAST,
+        max_attempts=1,
+        dead_letter_topic="dead",
+    )
+    deliveries.member_id = "m1"
+    policy = deliveries.sink_errors
+    policy.written(SinkErrorWrite("down"), now=0.0)
+    deliveries.member_id = "m1"
+    assert deliveries.sink_errors is policy
+    deliveries.member_id = "m2"  # a consumer made again: m1's row is not m2's
+    assert deliveries.sink_errors.failed("down", now=0.1) == SinkErrorWrite("down")
+
+
 # -- with a relay, against PostgreSQL -------------------------------------------------------
 
 
@@ -157,7 +179,8 @@ def test_an_outage_shows_the_error_with_its_start_and_a_recovery_clears_it(
         assert "sink error" in table and ERROR in table and f"member {error.member}" in table
         sink.down.clear()
         wait_for(lambda: sink_error(client) is None, what="the recovery recorded")
-        assert client.relay_status(["relay.s"])[0].pending == 0
+        # Cleared once the sink took the batch; committed just after.
+        wait_for(lambda: client.relay_status(["relay.s"])[0].pending == 0)
     assert relay.counters.sink_failures >= 1
 
 

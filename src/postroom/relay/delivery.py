@@ -89,7 +89,7 @@ class Delivery:
         self.max_attempts = max_attempts
         self.dead_letter_topic = dead_letter_topic
         self._spans: dict[int, Any] = {}  # id(Outbound) -> its span, while a batch is traced
-        self.member_id: str | None = None  # the relay's group member, set once it joined
+        self._member_id: str | None = None
         self.sink_errors = SinkErrorPolicy()
         try:
             password = urlsplit(sink.url).password
@@ -107,6 +107,19 @@ class Delivery:
     def note(self, error: str) -> None:
         self.counters.last_error = error
         log.warning("relay %s -> %s: %s", self.group, self.sink.description, error)
+
+    @property
+    def member_id(self) -> str | None:
+        """The relay's group member whose sink errors are recorded (None until the loop made
+        its consumer). A new member (the consumer made again after the database was lost)
+        starts a policy of its own: nothing of its row is known yet."""
+        return self._member_id
+
+    @member_id.setter
+    def member_id(self, member_id: str | None) -> None:
+        if member_id != self._member_id:
+            self._member_id = member_id
+            self.sink_errors = SinkErrorPolicy()
 
     async def sink_failed(self, exc: BaseException) -> None:
         """The sink refused a send or cannot be reached: record it if the policy says so."""
