@@ -5,6 +5,7 @@ a consumer-only role (it failed on the leases and members tables before migratio
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC
 
 import httpx
 from psycopg.conninfo import make_conninfo
@@ -44,7 +45,8 @@ def test_the_relays_page_and_metrics_show_a_sink_error_until_it_clears(
         [error] = client.relay_status(["relay.s"])[0].sink_errors
         page = httpx.get(server.url + "/relays").text
         assert ERROR in page and f"member {error.member}" in page
-        assert "since " + error.since.strftime("%Y-%m-%d %H:%M:%S") in page
+        assert "since " + error.since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") in page
+        assert "last seen " in page
         assert "sink errors" in httpx.get(server.url + "/").text  # the overview's card
         labels = frozenset({"relay": "relay.s", "member": error.member}.items())
         assert scrape(server)[(GAUGE, labels)] == error.since.timestamp()
