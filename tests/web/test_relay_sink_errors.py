@@ -47,12 +47,14 @@ def test_the_relays_page_and_metrics_show_a_sink_error_until_it_clears(
         assert ERROR in page and f"member {error.member}" in page
         assert "since " + error.since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") in page
         assert "last seen " in page
-        assert "sink errors" in httpx.get(server.url + "/").text  # the overview's card
+        overview = httpx.get(server.url + "/").text
+        assert "sink errors" in overview and 'id="health">red<' in overview  # no failed job
         labels = frozenset({"relay": "relay.s", "member": error.member}.items())
         assert scrape(server)[(GAUGE, labels)] == error.since.timestamp()
         sink.down.clear()
         wait_for(lambda: not failing(client), what="the recovery recorded")
         assert ERROR not in httpx.get(server.url + "/relays").text
+        assert 'id="health">red<' not in httpx.get(server.url + "/").text
         assert not [name for name, _ in scrape(server) if name == GAUGE]
 
 
