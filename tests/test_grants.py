@@ -9,6 +9,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import postroom
+from postroom._grants import applicable
 from postroom.errors import InvalidArgument, InvalidName, RoleNotFound
 
 from .roles import login_role
@@ -89,3 +90,33 @@ def test_enqueuer_and_worker_roles(client: postroom.Client, role: str) -> None:
 
         app.worker(concurrency=1, poll_interval=0.05).run(burst=True, handle_signals=False)
         assert app.job_handle(job.id).result(timeout=10) == 42
+
+
+def test_a_grant_of_a_migration_not_applied_is_skipped() -> None:
+    names = ("grant_consumer", "grant_inbox", "grant_consumer_0021", "grant_consumer_0037")
+    assert applicable(names, {1, 21}) == ["grant_consumer", "grant_inbox", "grant_consumer_0021"]
+    assert applicable(names, {21, 37}) == list(names)
+
+
+def test_consumer_grants_before_and_after_migration_0037(
+    client: postroom.Client, role: str
+) -> None:
+    """On a schema without 0037 the consumer grant skips what 0037 creates; migrating then
+    gives the consumer roles granted before it the new rights."""
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        conn.execute("DROP FUNCTION postroom.relay_sink_error(text, text, text)")
+        conn.execute("DROP TABLE postroom.relay_sink_errors")
+        conn.execute("DELETE FROM postroom.schema_migrations WHERE version = 37")
+    client.grant(role, "consumer", groups=["relay.s"])  # no error on the missing function
+    assert client.migrate() == ["0037_relay_sink_errors"]
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        rights = conn.execute(
+            "SELECT has_function_privilege(%(r)s,"
+            "  'postroom.relay_sink_error(text, text, text)', 'EXECUTE'),"
+            " has_table_privilege(%(r)s, 'postroom.leases', 'SELECT'),"
+            " has_table_privilege(%(r)s, 'postroom.relay_sink_errors', 'SELECT'),"
+            " has_column_privilege(%(r)s, 'postroom.members', 'expires_at', 'SELECT'),"
+            " has_column_privilege(%(r)s, 'postroom.members', 'instance', 'SELECT')",
+            {"r": role},
+        ).fetchone()
+    assert rights == (True, True, True, True, False)  # never the instance token

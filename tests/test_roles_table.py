@@ -64,6 +64,12 @@ def read_manually(client: postroom.Client, _: str) -> None:
         assert c.poll(timeout=5)
 
 
+def read_status(client: postroom.Client, _: str) -> None:
+    assert [s.group for s in client.relay_status(["theirs"])] == ["theirs"]
+    assert "theirs" in {g.name for g in client.list_groups()}
+    assert client.describe_group("theirs").partitions
+
+
 ACTIONS: dict[str, Action] = {
     "publish to a granted topic": lambda c, _: c.publish("granted", "x"),
     "publish to a topic without a grant": lambda c, _: c.publish("theirs", "x"),
@@ -76,6 +82,13 @@ ACTIONS: dict[str, Action] = {
     "delete a topic": lambda c, _: c.delete_topic("doomed"),
     "grant or list scopes": lambda c, _: c.grants(),
     "run the retention round": lambda c, _: sql(c, "SELECT postroom.run_retention()"),
+    "read relay and group status": read_status,
+    "record a relay's sink error in a granted group": lambda c, _: sql(
+        c, "SELECT postroom.relay_sink_error('mine', 'relay-1', 'SinkUnavailable: down')"
+    ),
+    "record a sink error in a group without a grant": lambda c, _: sql(
+        c, "SELECT postroom.relay_sink_error('theirs', 'relay-1', 'SinkUnavailable: down')"
+    ),
 }
 
 

@@ -44,7 +44,7 @@ from .queue.requests import JobRequest
 from .queue.serializer import Serializer
 from .queue.worker import Worker
 from .queue.worker_async import AsyncWorker
-from .relay import AsyncRelay, Relay, RelaySource, RelayStatus, Route
+from .relay import AsyncRelay, Relay, RelaySinkError, RelaySource, RelayStatus, Route
 
 __all__ = [
     "AsyncBatch",
@@ -76,6 +76,7 @@ __all__ = [
     "Published",
     "QueueCount",
     "Relay",
+    "RelaySinkError",
     "RelaySource",
     "RelayStatus",
     "RoleGrant",

@@ -6,6 +6,7 @@ A role uses only the consumer groups and publishes only to the topics granted to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -16,6 +17,8 @@ from psycopg import errors as pg_errors
 from .errors import InvalidArgument, InvalidName, RoleNotFound
 from .log.records import check_name
 from .queue.records import check_queue
+
+_MIGRATION_SUFFIX = re.compile(r"_(\d{4})$")
 
 EVERY = "*"
 """The grant that names every group (nobody holds yet) or every topic."""
@@ -87,3 +90,15 @@ def role_errors(role: str) -> Iterator[None]:
             f"role {role!r} does not exist: create it first (CREATE ROLE ... LOGIN), then "
             "grant it capabilities"
         ) from exc
+
+
+def applicable(statements: Iterable[str], applied: set[int]) -> list[str]:
+    """The grant statements to run on a schema whose applied migrations are ``applied``: a
+    statement named ``..._NNNN`` grants what migration NNNN created, so it is skipped until that
+    migration is applied (an older schema: ``migrate()``, then grant again)."""
+    kept = []
+    for name in statements:
+        version = _MIGRATION_SUFFIX.search(name)
+        if version is None or int(version.group(1)) in applied:
+            kept.append(name)
+    return kept

@@ -6,18 +6,27 @@ from collections.abc import Iterable
 
 from . import _sql
 from ._db_async import AsyncDatabase
-from ._grants import EVERY_QUEUE, RoleGrant, check_role, check_scope, queue_scope, role_errors
+from ._grants import (
+    EVERY_QUEUE,
+    RoleGrant,
+    applicable,
+    check_role,
+    check_scope,
+    queue_scope,
+    role_errors,
+)
 from .errors import InvalidArgument
 
 GRANTS: dict[str, tuple[str, ...]] = {
     "producer": ("grant_producer",),
-    # grant_inbox: _sql/relay.sql; grant_consumer_0021: _sql/deadletters.sql
-    "consumer": ("grant_consumer", "grant_inbox", "grant_consumer_0021"),
+    # grant_inbox, grant_consumer_0037: _sql/relay.sql; grant_consumer_0021: _sql/deadletters.sql
+    "consumer": ("grant_consumer", "grant_inbox", "grant_consumer_0021", "grant_consumer_0037"),
     "admin": ("grant_admin",),
     "enqueuer": ("grant_enqueuer",),
     "worker": ("grant_worker",),
 }
-"""The named grant statements (``_sql/grants.sql``) each capability needs."""
+"""The named grant statements (``_sql/grants.sql``) each capability needs. One named
+``..._NNNN`` grants what migration NNNN created: ``grant()`` skips it until NNNN is applied."""
 
 
 class AsyncSchema:
@@ -110,8 +119,10 @@ class AsyncSchema:
         scoped = queue_scope(capabilities, queues)
         with role_errors(role):
             async with self._db.connection() as conn:
+                cur = await conn.execute(self._db.q("applied_migrations"))
+                applied = {r[0] for r in await cur.fetchall()}
                 for capability in capabilities:
-                    for statement in GRANTS[capability]:
+                    for statement in applicable(GRANTS[capability], applied):
                         await conn.execute(self._db.q_for_role(statement, role))
                 if shared:
                     await conn.execute(self._db.q("grant_groups"), {"role": role, "groups": shared})

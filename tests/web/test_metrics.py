@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import postroom
 import postroom.web._store
+from postroom.relay.sink_errors import record_sink_error
 from postroom.web._metrics import SERIES
 
 from ..signals import wait_for
@@ -138,11 +139,15 @@ def test_every_series_the_grafana_board_queries_exists(
     client.worker(["default"]).run(burst=True, handle_signals=False)
     client.enqueue("fine", queue="paused-q")  # stays ready: an oldest ready age
     client.reset_group("relay.orders", "orders", to="earliest")  # a relay's group, behind
+    relay_member = client.consumer("relay.orders", "orders")  # failing on its sink:
+    relay_member.poll(timeout=0)
+    assert record_sink_error(client.log.database, "relay.orders", relay_member.member_id, "x")
     wait_for(
         lambda: any(n == "postroom_jobs_finished_total" for n, _ in scrape(server)),
         what="a finished job counted",
     )
     exposed = {name for name, _labels in scrape(server)}
+    relay_member.close()
     missing = sorted(q for q in queried if q not in exposed)
     assert not missing, f"the Grafana board queries series /metrics lacks: {missing}"
     declared = {s.removesuffix("_total") for s in SERIES}

@@ -214,7 +214,7 @@ def _status(ctx: typer.Context, groups: list[str] | None, as_json: bool) -> None
     if as_json:
         print_json(statuses)
         return
-    table = Table("relay", "topics", "pending", "oldest pending", "last commit")
+    table = Table("relay", "topics", "pending", "oldest pending", "last commit", "sink error")
     for status in statuses:
         table.add_row(
             status.group,
@@ -222,5 +222,16 @@ def _status(ctx: typer.Context, groups: list[str] | None, as_json: bool) -> None
             str(status.pending),
             format_duration(status.oldest_pending_seconds) if status.pending else "-",
             when(status.updated_at),
+            _sink_error(status),
         )
     console.print(table if statuses else "no relays (no group named relay.* has committed)")
+
+
+def _sink_error(status: postroom.RelayStatus) -> str:
+    """The first member's sink error with its start, and how many more members fail."""
+    first = status.sink_error
+    if first is None:
+        return "-"
+    text = f"{first.error} (since {when(first.since)}, member {first.member})"
+    more = len(status.sink_errors) - 1
+    return text + (f"; +{more} more" if more else "")

@@ -9,7 +9,7 @@ from .delivery import RelayCounters
 from .inbox import Inbox
 from .inbox_async import AsyncInbox
 from .loop import AsyncRelay, Relay, RelaySource
-from .records import RelayStatus
+from .records import RelaySinkError, RelayStatus
 from .routing import Outbound, Route
 from .sinks import Sink, open_sink
 
@@ -20,6 +20,7 @@ __all__ = [
     "Outbound",
     "Relay",
     "RelayCounters",
+    "RelaySinkError",
     "RelaySource",
     "RelayStatus",
     "Route",

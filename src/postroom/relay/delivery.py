@@ -1,27 +1,35 @@
 """Delivery: one routed batch to the sink, in offset order, until every message is acknowledged
 or dead-lettered. The relay loop (``loop.py``) polls, routes, pipelines and commits; this
 module owns what happens between "the batch is routed" and "the batch may be committed":
-retries of a sink that is down, retries of a message the sink refuses, dead letters.
+retries of a sink that is down, retries of a message the sink refuses, dead letters, and
+the member's sink error in the database (``sink_error_policy.py`` decides when it is written).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import psycopg
 
 from .. import _tracing
 from .._checks import safe_str
 from ..errors import (
     DestinationUnusable,
     MessageRejected,
+    PostroomError,
     SinkUnavailable,
 )
 from ..log.deadletter_headers import HEADER_PREFIX as DLQ_PREFIX
 from ..log.records import Message, TopicPartition
 from ..queue.backoff import Backoff
 from .routing import Outbound
+from .sink_error_policy import SinkErrorPolicy, SinkErrorWrite, error_summary
+from .sink_errors_async import record_sink_error
 from .sinks import Sink
 
 if TYPE_CHECKING:
@@ -81,6 +89,13 @@ class Delivery:
         self.max_attempts = max_attempts
         self.dead_letter_topic = dead_letter_topic
         self._spans: dict[int, Any] = {}  # id(Outbound) -> its span, while a batch is traced
+        self._member_id: str | None = None
+        self.sink_errors = SinkErrorPolicy()
+        try:
+            password = urlsplit(sink.url).password
+        except ValueError:
+            password = None
+        self._secrets = (password,) if password else ()
 
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or less if the relay is stopped meanwhile."""
@@ -92,6 +107,44 @@ class Delivery:
     def note(self, error: str) -> None:
         self.counters.last_error = error
         log.warning("relay %s -> %s: %s", self.group, self.sink.description, error)
+
+    @property
+    def member_id(self) -> str | None:
+        """The relay's group member whose sink errors are recorded (None until the loop made
+        its consumer). A new member (the consumer made again after the database was lost)
+        starts a policy of its own: nothing of its row is known yet."""
+        return self._member_id
+
+    @member_id.setter
+    def member_id(self, member_id: str | None) -> None:
+        if member_id != self._member_id:
+            self._member_id = member_id
+            self.sink_errors = SinkErrorPolicy()
+
+    async def sink_failed(self, exc: BaseException) -> None:
+        """The sink refused a send or cannot be reached: record it if the policy says so."""
+        text = error_summary(exc, self._secrets)
+        await self._record(self.sink_errors.failed(text, time.monotonic()))
+
+    async def sink_succeeded(self) -> None:
+        """A send went through: clear the recorded error, if any (no I/O otherwise)."""
+        await self._record(self.sink_errors.succeeded(time.monotonic()))
+
+    async def _record(self, write: SinkErrorWrite | None) -> None:
+        # Best effort: the record is for people; the relay's work never waits on it failing.
+        if write is None or self.member_id is None:
+            return  # nothing to write, or not joined yet (decided again at the next send)
+        try:
+            recorded = await record_sink_error(
+                self._log.database, self.group, self.member_id, write.error
+            )
+        except (psycopg.Error, PostroomError) as exc:
+            log.debug("relay %s: sink error not recorded: %s", self.group, safe_str(exc))
+            recorded = False
+        if recorded:
+            self.sink_errors.written(write, time.monotonic())
+        else:
+            self.sink_errors.not_written(time.monotonic())
 
     async def deliver(self, batch: RoutedBatch) -> bool:
         """Send the batch in order until all is acknowledged or dead-lettered; False if the
@@ -148,6 +201,7 @@ class Delivery:
                 self.note(
                     f"sink unavailable (attempt {unavailable}), retrying batch: {safe_str(exc)}"
                 )
+                await self.sink_failed(exc)
                 await self.sleep(self.backoff.delay(unavailable))
                 continue
             except MessageRejected as exc:
@@ -155,6 +209,7 @@ class Delivery:
                 self.counters.delivered += index
                 pending = pending[index:]
                 rejected += 1
+                await self.sink_failed(exc)
                 if rejected < self.max_attempts and not isinstance(exc, DestinationUnusable):
                     self.note(f"{pending[0].id} rejected (attempt {rejected}): {safe_str(exc)}")
                     await self.sleep(self.backoff.delay(rejected))
@@ -167,7 +222,9 @@ class Delivery:
                 rejected = 0
                 continue
             self.counters.delivered += len(pending)
+            await self.sink_succeeded()
             return True
+        await self.sink_succeeded()  # the rest was dead-lettered: the partition goes on
         return True
 
     async def dead_letter(self, message: Message, error: str, attempts: int) -> None:

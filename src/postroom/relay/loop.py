@@ -199,6 +199,7 @@ class AsyncRelay:
                     consumer = self._log.consumer(
                         self.group, self.topics, on_revoke=self._on_revoke, **self._membership
                     )
+                    self._delivery.member_id = consumer.member_id  # whose sink errors
                     async with consumer:
                         await self._pipeline(consumer)
                 except (psycopg.OperationalError, DatabaseUnavailable) as exc:
@@ -243,6 +244,7 @@ class AsyncRelay:
             except SinkUnavailable as exc:
                 attempt += 1
                 self._note(f"sink unreachable (attempt {attempt}), retrying: {safe_str(exc)}")
+                await self._delivery.sink_failed(exc)
                 await self._sleep(self.backoff.delay(attempt))
 
     async def _sleep(self, seconds: float) -> None:
@@ -292,9 +294,7 @@ class AsyncRelay:
         """Wait for the batch in flight, if any; whether its commit was refused as Fenced.
         Its other errors are raised here."""
         task, self._inflight = self._inflight, None
-        if task is None:
-            return False
-        return await task
+        return False if task is None else await task
 
     async def _on_revoke(self, partitions: set[TopicPartition]) -> None:
         """The consumer hands ``partitions`` over (or lost them) after this returns: let the

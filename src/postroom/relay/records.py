@@ -16,12 +16,27 @@ RELAY_GROUP_PREFIX = "relay."
 
 
 @dataclass(frozen=True, slots=True)
+class RelaySinkError:
+    """The sink error relay member ``member`` is failing on now: ``error`` (the latest text,
+    passwords masked, at most 500 characters) since ``since`` (the first failure of this run of
+    failures), last seen at ``seen_at`` (refreshed every few seconds while it lasts). Gone as
+    soon as a send succeeds, or the member leaves."""
+
+    member: str
+    error: str
+    since: datetime
+    seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class RelayStatus:
     """One relay (its consumer group): what is still to go out, and how old it is.
 
     ``pending`` counts messages committed to the log that the sink has not acknowledged yet;
     ``oldest_pending_seconds`` is the age of the oldest of them (0 when none): the two depths
-    to alert on. ``updated_at`` is the relay's last commit."""
+    to alert on. ``updated_at`` is the relay's last commit. ``sink_errors``: one per live member
+    whose sink fails now (a broker outage, a refused message), oldest first; ``sink_error`` is
+    the first of them, None while every send succeeds."""
 
     group: str
     topics: tuple[str, ...]
@@ -29,6 +44,11 @@ class RelayStatus:
     oldest_pending_seconds: float
     updated_at: datetime
     partitions: tuple[PartitionLag, ...]
+    sink_errors: tuple[RelaySinkError, ...] = ()
+
+    @property
+    def sink_error(self) -> RelaySinkError | None:
+        return self.sink_errors[0] if self.sink_errors else None
 
 
 def check_message_id(message_id: object) -> str:

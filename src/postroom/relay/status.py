@@ -1,6 +1,7 @@
 # Generated from src/postroom/relay/status_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
-"""Relay status as data: per relay, pending messages and the age of the oldest pending one."""
+"""Relay status as data: per relay, pending messages, the age of the oldest pending one, and
+the sink errors its members are failing on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import GroupNotFound
 from .records import RELAY_GROUP_PREFIX, RelayStatus
+from .sink_errors import read_sink_errors
 
 if TYPE_CHECKING:
     from ..log.engine import Log
@@ -25,6 +27,7 @@ def relay_status(engine: Log, groups: Iterable[str] | None = None) -> list[Relay
     else:
         names = list(groups)
     statuses = []
+    errors = read_sink_errors(engine.database, names) if names else {}
     for name in names:
         try:
             info = engine.describe_group(name)
@@ -40,6 +43,7 @@ def relay_status(engine: Log, groups: Iterable[str] | None = None) -> list[Relay
                 max((p.lag_seconds for p in info.partitions if p.lag), default=0.0),
                 info.updated_at,
                 info.partitions,
+                errors.get(name, ()),
             )
         )
     return statuses

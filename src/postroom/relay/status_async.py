@@ -1,4 +1,5 @@
-"""Relay status as data: per relay, pending messages and the age of the oldest pending one."""
+"""Relay status as data: per relay, pending messages, the age of the oldest pending one, and
+the sink errors its members are failing on."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import GroupNotFound
 from .records import RELAY_GROUP_PREFIX, RelayStatus
+from .sink_errors_async import read_sink_errors
 
 if TYPE_CHECKING:
     from ..log.engine_async import AsyncLog
@@ -23,6 +25,7 @@ async def relay_status(engine: AsyncLog, groups: Iterable[str] | None = None) ->
     else:
         names = list(groups)
     statuses = []
+    errors = await read_sink_errors(engine.database, names) if names else {}
     for name in names:
         try:
             info = await engine.describe_group(name)
@@ -38,6 +41,7 @@ async def relay_status(engine: AsyncLog, groups: Iterable[str] | None = None) ->
                 max((p.lag_seconds for p in info.partitions if p.lag), default=0.0),
                 info.updated_at,
                 info.partitions,
+                errors.get(name, ()),
             )
         )
     return statuses

@@ -113,6 +113,7 @@ class Sampler:
         self._failed_before: dict[str, int] | None = None
         self._round_at: float | None = None  # monotonic time of the previous round
         self._read_until: datetime | None = None  # the newest recorded sample read
+        self.jobs_readable = True  # False for a role that may not read jobs (a consumer role)
 
     def bump(self) -> None:
         self.version += 1
@@ -160,24 +161,16 @@ class Sampler:
             self._finished_after = (await self.store.rows("web_clock"))[0][0]
         done: dict[str, int] = defaultdict(int)
         run: dict[str, list[float]] = defaultdict(list)
-        while True:
-            rows = await self.store.rows(
-                "web_finished_since", {"after": self._finished_after, "limit": 10_000}
-            )
-            for queue, state, attempts, finished_at, seconds in rows:
-                self.totals.observe(queue, state, attempts, max(seconds or 0.0, 0.0))
-                if state == "done":
-                    done[queue] += 1
-                    run[queue].append(seconds or 0.0)
-                self._finished_after = finished_at
-            if len(rows) < 10_000:
-                break
+        failed: dict[str, int] = {}
+        if self.jobs_readable:
+            try:
+                failed = await self._sample_jobs(done, run)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                # The role reads the log only (docs/dashboard.md, "The database role"): the
+                # log's pages and series still work; the job series stay empty.
+                log.warning("dashboard sampler: no job series for this role: %s", exc)
+                self.jobs_readable = False
         consumed = {g: int(n) for g, n in await self.store.rows("web_group_consumed")}
-        failed = {q: int(n) for q, n in await self.store.rows("web_failed_count")}
-        if self._failed_before is not None:
-            for queue, n in failed.items():
-                self.totals.failed[queue] += max(n - self._failed_before.get(queue, 0), 0)
-        self._failed_before = failed
         now = time.monotonic()
         # A rate over this sampler's own round, so it stands on its own whoever records it.
         elapsed = None if self._round_at is None else max(now - self._round_at, 1e-6)
@@ -191,6 +184,30 @@ class Sampler:
             failed,
             {q: sum(v) / len(v) for q, v in run.items()},
         )
+
+    async def _sample_jobs(
+        self, done: dict[str, int], run: dict[str, list[float]]
+    ) -> dict[str, int]:
+        """Jobs finished since the last sample (into ``done`` and ``run``, and the totals);
+        returns the failed jobs per queue."""
+        while True:
+            rows = await self.store.rows(
+                "web_finished_since", {"after": self._finished_after, "limit": 10_000}
+            )
+            for queue, state, attempts, finished_at, seconds in rows:
+                self.totals.observe(queue, state, attempts, max(seconds or 0.0, 0.0))
+                if state == "done":
+                    done[queue] += 1
+                    run[queue].append(seconds or 0.0)
+                self._finished_after = finished_at
+            if len(rows) < 10_000:
+                break
+        failed = {q: int(n) for q, n in await self.store.rows("web_failed_count")}
+        if self._failed_before is not None:
+            for queue, n in failed.items():
+                self.totals.failed[queue] += max(n - self._failed_before.get(queue, 0), 0)
+        self._failed_before = failed
+        return failed
 
     async def run(self) -> None:
         while True:

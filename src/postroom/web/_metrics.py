@@ -44,6 +44,7 @@ SERIES = (
     "postroom_job_run_seconds",
     "postroom_relay_pending",
     "postroom_relay_oldest_pending_seconds",
+    "postroom_relay_sink_error_timestamp_seconds",
     "postroom_up",
 )
 
@@ -122,10 +123,17 @@ async def families(d: Dashboard) -> list[Metric]:
         "Age of the oldest message a relay has yet to deliver",
         labels=["relay"],
     )
+    sink_error = GaugeMetricFamily(
+        "postroom_relay_sink_error_timestamp_seconds",
+        "Unix time a relay member's current sink error began (no sample while sends succeed)",
+        labels=["relay", "member"],
+    )
     for relay in await d.client.relay_status():
         pending.add_metric([relay.group], relay.pending)
         oldest.add_metric([relay.group], relay.oldest_pending_seconds)
-    out += [pending, oldest]
+        for error in relay.sink_errors:
+            sink_error.add_metric([relay.group, error.member], error.since.timestamp())
+    out += [pending, oldest, sink_error]
     return out
 
 

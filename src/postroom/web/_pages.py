@@ -42,7 +42,8 @@ async def overview(d: Dashboard, request: Request, access: Access) -> Response:
         by_state[state] += n
     max_lag_seconds = max((r.oldest_pending_seconds for r in relays), default=0.0)
     health = "green"
-    if by_state["failed"] or max_lag_seconds > LAG_AMBER_SECONDS * 10:
+    sink_failing = any(r.sink_errors for r in relays)  # a relay stuck on its sink
+    if by_state["failed"] or sink_failing or max_lag_seconds > LAG_AMBER_SECONDS * 10:
         health = "red"
     elif any(g.lag for g in groups) or by_state["held"]:
         health = "amber"
