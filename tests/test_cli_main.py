@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import subprocess
 import sys
@@ -11,12 +13,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import typer
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from typer.core import TyperGroup
 from typer.testing import CliRunner, Result
 
 import postroom
-from postroom.cli.main import app
+from postroom.cli.main import COMMANDS, app
 
 runner = CliRunner()
 
@@ -109,3 +113,69 @@ def test_the_installed_command_prints_one_line_on_a_permission_error(
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_help_lists_every_command_as_an_eagerly_built_app_does() -> None:
+    # The root builds a command only when it runs or help lists it (COMMANDS); its help must be
+    # what registering every command up front gives, word for word, at every level.
+    eager = typer.Typer(
+        name="postroom",
+        cls=TyperGroup,
+        no_args_is_help=True,
+        add_completion=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        help=app.info.help,
+    )
+    root = app.registered_callback
+    assert root is not None and root.callback is not None
+    eager.callback()(root.callback)
+    for name, target in COMMANDS.items():
+        module, attribute = target.split(":")
+        found = getattr(importlib.import_module(f"postroom.cli.{module}"), attribute)
+        if isinstance(found, typer.Typer):
+            eager.add_typer(found, name=name)
+        else:
+            eager.command(name)(found)
+    paths: list[list[str]] = [[]]
+    for name, target in COMMANDS.items():
+        paths.append([name])
+        module, attribute = target.split(":")
+        found = getattr(importlib.import_module(f"postroom.cli.{module}"), attribute)
+        if isinstance(found, typer.Typer):
+            paths += [[name, c.name or ""] for c in found.registered_commands]
+    assert len(paths) > 40
+    for path in paths:
+        lazy, built = runner.invoke(app, [*path, "-h"]), runner.invoke(eager, [*path, "-h"])
+        assert lazy.exit_code == built.exit_code == 0, (path, lazy.output)
+        assert lazy.stdout == built.stdout, path
+    listed = runner.invoke(app, ["-h"]).stdout
+    assert all(f" {name} " in listed for name in COMMANDS)
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    # `postroom relay` (here stopped by its own argument check) imports no other command's
+    # module, nor the dashboard, the benchmarks or the queue.
+    probe = (
+        "import json, sys\n"
+        "from postroom.cli.main import main\n"
+        "sys.argv = ['postroom', '--url', 'postgresql://nobody@127.0.0.1:1/x', 'relay', 't']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "missing --to URL" in done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    others = {f"postroom.cli.{t.split(':')[0]}" for n, t in COMMANDS.items()} - {
+        "postroom.cli.relay"
+    }
+    assert "postroom.cli.relay" in loaded
+    assert not others & loaded
+    assert not {"postroom.web", "postroom.benchmarks", "postroom.queue", "postroom.client"} & loaded
+
+
+def test_a_mistyped_command_is_still_suggested() -> None:
+    result = runner.invoke(app, ["topik"])
+    assert result.exit_code == 2
+    assert "Did you mean 'topic'?" in result.output

@@ -1,44 +1,105 @@
 """The ``postroom`` command: the typer app, its global options and its error handling.
 
-Each command group lives in its own module and is mounted here with one ``add_typer`` line.
+Each command or command group lives in its own module and is named here with one line of
+``COMMANDS``; a command's module is imported only when that command runs (or when help lists
+every command), so ``postroom relay`` does not import the dashboard, the queue or the
+benchmarks.
 """
 
 from __future__ import annotations
 
 import warnings
-from importlib import metadata
+from collections.abc import Iterator, Mapping
+from importlib import import_module, metadata
 from typing import Annotated, Any
 
 import psycopg
 import typer
+import typer.main
 from typer.core import TyperGroup
+from typer.models import CommandInfo, TyperInfo
 
 from postroom.errors import PostroomError
 
-from . import (
-    bench,
-    consume,
-    dashboard,
-    demo,
-    dlq,
-    embedded,
-    grants,
-    groups,
-    init,
-    jobs,
-    produce,
-    queues,
-    relay,
-    run,
-    topics,
-)
 from .common import Settings, fail
+
+# -- the commands: name -> "module:attribute", a command function or, below them, the typer app
+# of a command group (help lists them in this order, as typer lists commands before groups).
+COMMANDS: dict[str, str] = {
+    "init": "init:init",
+    "grant": "grants:grant",
+    "revoke": "grants:revoke",
+    "grants": "grants:grants",
+    "produce": "produce:produce",
+    "consume": "consume:consume",
+    "lag": "groups:lag",
+    "demo": "demo:demo",
+    "worker": "jobs:worker",
+    "run": "run:run",
+    "relay": "relay:relay",
+    "dashboard": "dashboard:dashboard",
+    "metrics": "dashboard:metrics",
+    "topic": "topics:app",
+    "group": "groups:app",
+    "embedded": "embedded:app",
+    "bench": "bench:app",
+    "job": "jobs:app",
+    "queue": "queues:app",
+    "dlq": "dlq:app",
+}
+
+
+class _Commands(Mapping[str, Any]):
+    """The root's commands, each built (its module imported, its click command made) on first
+    look-up: click asks for the one command it runs, help for each command it lists."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = _build(name)
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
+def _build(name: str) -> Any:
+    """The click command for ``COMMANDS[name]``, as ``app.command``/``app.add_typer`` on the
+    root would have made it."""
+    module_name, attribute = COMMANDS[name].split(":")
+    target = getattr(import_module(f"{__package__}.{module_name}"), attribute)
+    if isinstance(target, typer.Typer):
+        return typer.main.get_group_from_info(
+            TyperInfo(target, name=name),
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode,
+            suggest_commands=app.suggest_commands,
+        )
+    return typer.main.get_command_from_info(
+        CommandInfo(name=name, callback=target),
+        pretty_exceptions_short=app.pretty_exceptions_short,
+        rich_markup_mode=app.rich_markup_mode,
+    )
 
 
 class _Root(TyperGroup):
     """The root group: turns every :class:`PostroomError` and every database error raised by
     any command (including nested groups, which run inside this ``invoke``) into one red line
-    and exit code 1, never a traceback."""
+    and exit code 1, never a traceback. Its commands are ``COMMANDS``, built on first use."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _Commands()  # type: ignore[assignment] # read-only: no add_command
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)  # the names alone: TyperGroup's would build every command
 
     # ``Any``: typer vendors click, and its Context class is not public.
     def invoke(self, ctx: Any) -> Any:
@@ -109,29 +170,6 @@ def _root(
     ] = False,
 ) -> None:
     ctx.obj = Settings(url, schema)
-
-
-# -- command groups: one line each ---------------------------------------------------------
-app.command("init")(init.init)
-app.command("grant")(grants.grant)
-app.command("revoke")(grants.revoke)
-app.command("grants")(grants.grants)
-app.add_typer(topics.app, name="topic")
-app.command("produce")(produce.produce)
-app.command("consume")(consume.consume)
-app.add_typer(groups.app, name="group")
-app.command("lag")(groups.lag)
-app.add_typer(embedded.app, name="embedded")
-app.command("demo")(demo.demo)
-app.add_typer(bench.app, name="bench")
-app.add_typer(jobs.app, name="job")
-app.add_typer(queues.app, name="queue")
-app.command("worker")(jobs.worker)
-app.command("run")(run.run)
-app.add_typer(dlq.app, name="dlq")
-app.command("relay")(relay.relay)
-app.command("dashboard")(dashboard.dashboard)
-app.command("metrics")(dashboard.metrics)
 
 
 def main() -> None:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 import postroom
 from postroom import embedded
@@ -209,6 +208,8 @@ def _status_line(runner: postroom.Relay) -> Callable[[], str]:
 
 
 def _status(ctx: typer.Context, groups: list[str] | None, as_json: bool) -> None:
+    from rich.table import Table  # here: a relay that runs draws no table
+
     with open_client(ctx) as client:
         statuses = client.relay_status(groups)
     if as_json:
