@@ -7,12 +7,11 @@ doing the same work in the same run, on the same broker.
    postroom's ``send()`` future gives), then flushes: the produce reference;
 2. **producer**: ``client.producer()``: ``send()`` each value, then ``flush()``;
 3. **raw consume**: a confluent-kafka consumer in a new group reads the raw phase's topic with
-   ``consume(poll_max_messages)``, reading each message's key, value, headers and timestamp
-   (what a postroom ``Message`` holds) and committing each batch synchronously: the consume
-   reference;
+   ``consume(poll_max_messages)``, reading each message's topic, partition, offset, key,
+   value, headers and timestamp (what a postroom ``Message`` holds) and committing each batch
+   synchronously: the consume reference;
 4. **consumer**: ``client.consumer()`` in a new group, ``poll(max_messages=...)``, reading
-   each message's key, value, headers and timestamp, and ``commit()`` per batch, on the same
-   topic.
+   the same fields of each message, and ``commit()`` per batch, on the same topic.
 
 Consume rates count from the first message (a group's join is not throughput). The ratio of
 each postroom phase to its reference is the API's cost: the issue's bar is >= 0.8.
@@ -116,7 +115,8 @@ def _raw_consume(broker: str, topic: str, count: int, batch: int) -> float:
         if records:
             start = start or time.perf_counter()
             for record in records:
-                if record.error() is None:
+                if record.error() is None:  # every field a Message holds
+                    record.topic(), record.partition(), record.offset()
                     record.key(), record.value(), record.headers(), record.timestamp()
                     seen += 1
             consumer.commit(asynchronous=False)
@@ -135,7 +135,8 @@ def _postroom_consume(client: Any, topic: str, count: int, batch: int) -> float:
             if messages:
                 start = start or time.perf_counter()
                 for message in messages:  # what the raw loop reads of each record
-                    _ = message.key, message.value, message.headers, message.timestamp
+                    _ = message.topic, message.partition, message.offset, message.key
+                    _ = message.value, message.headers, message.timestamp
                 seen += len(messages)
                 consumer.commit()
     return time.perf_counter() - (start or time.perf_counter())

@@ -32,7 +32,7 @@ from ..records import (
     make_record,
 )
 from .admin import KafkaAdmin
-from .bridge import future
+from .bridge import future, new_sends
 from .failures import kafka_module, translate
 from .messages import kafka_headers
 
@@ -77,7 +77,7 @@ class KafkaProducer:
         }
         self._producer = kafka.Producer(config)
         self._kafka = kafka
-        self._sends = Sends()
+        self._sends: Sends | None = None  # made by the first send (on the event loop)
         self._sends_lock = threading.Lock()
         self._reports: deque[tuple[Sends, int, Any, Any]] = deque()
         self._report = self._delivered  # one bound method, not one a send
@@ -154,10 +154,12 @@ class KafkaProducer:
             )
         with self._sends_lock:  # inline, not a method: this runs once a send
             sends = self._sends
+            if sends is None:
+                sends = self._sends = new_sends()
             done = sends.new()
             index = done._index
             if index + 1 >= SENDS_PER_GROUP:
-                self._sends = Sends()
+                self._sends = new_sends()
         deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
         while True:
             try:

@@ -30,7 +30,7 @@ from ..records import (
     make_record,
 )
 from .admin_async import AsyncKafkaAdmin
-from .bridge import future_async
+from .bridge import future_async, new_sends_async
 from .failures import kafka_module, translate
 from .messages import kafka_headers
 
@@ -75,7 +75,7 @@ class AsyncKafkaProducer:
         }
         self._producer = kafka.Producer(config)
         self._kafka = kafka
-        self._sends = Sends()
+        self._sends: Sends | None = None  # made by the first send (on the event loop)
         self._sends_lock = threading.Lock()
         self._reports: deque[tuple[Sends, int, Any, Any]] = deque()
         self._report = self._delivered  # one bound method, not one a send
@@ -152,10 +152,12 @@ class AsyncKafkaProducer:
             )
         with self._sends_lock:  # inline, not a method: this runs once a send
             sends = self._sends
+            if sends is None:
+                sends = self._sends = new_sends_async()
             done = sends.new()
             index = done._index
             if index + 1 >= SENDS_PER_GROUP:
-                self._sends = Sends()
+                self._sends = new_sends_async()
         deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
         while True:
             try:
