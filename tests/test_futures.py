@@ -222,3 +222,29 @@ def test_the_async_batch_keeps_no_future_nobody_waits_on() -> None:
 
 async def _await(future: Any) -> Any:
     return await future
+
+
+def test_an_async_future_is_finished_on_its_loop_from_another_thread() -> None:
+    """A batch of async sends told its outcome in another thread (the Kafka producer's
+    delivery reports) finishes the asyncio futures awaited on their loop, never off it."""
+    import asyncio
+
+    from postroom._futures import ASends
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        sends = ASends()
+        future = sends.new()
+        real = future._waitable()  # what awaiting it makes: a real asyncio future, registered
+        finished_on_loop: list[bool] = []
+        real.add_done_callback(
+            lambda _: finished_on_loop.append(asyncio.get_running_loop() is loop)
+        )
+        thread = threading.Thread(target=sends.set_results, args=([0], ["ok"]))
+        thread.start()
+        thread.join()
+        assert not real.done()  # not set off its loop: handed to the loop, which finishes it
+        assert await asyncio.wait_for(future, 10) == "ok"
+        assert finished_on_loop == [True]
+
+    asyncio.run(scenario())

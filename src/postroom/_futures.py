@@ -154,11 +154,24 @@ def _finish(waiting: list[tuple[Future[Any] | asyncio.Future[Any], _Outcome]]) -
                     Future.set_exception(future, error)
             except InvalidStateError:
                 pass
-        elif not future.done():
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
+        else:
+            settle_asyncio(future, result, error)
+
+
+def settle_asyncio(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Finish ``future`` on its own loop: at once from the loop's thread, else through
+    ``call_soon_threadsafe`` (the Kafka producer's delivery reports come in a thread of its
+    own). A future done meanwhile (cancelled by its caller) stays as it is."""
+    loop = future.get_loop()
+    if asyncio._get_running_loop() is not loop:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(settle_asyncio, future, result, error)
+        return
+    if not future.done():
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
 
 
 class SendFuture(Future[T]):

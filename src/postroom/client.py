@@ -66,7 +66,8 @@ def connect(
     """
     target = url if url is not None else os.environ.get("POSTROOM_URL")
     if is_kafka_url(target):
-        engine = open_kafka_log(str(target))
+        options = client_options(retention_interval, pause_gc)  # checked as on PostgreSQL
+        engine = open_kafka_log(str(target), pause_gc=options.pause_gc)
         return Client(NoDatabase(engine), serializer=serializer, log=engine)  # type: ignore[arg-type]
     check_schema(schema)
     return Client(

@@ -64,7 +64,8 @@ async def connect_async(
     """
     target = url if url is not None else os.environ.get("POSTROOM_URL")
     if is_kafka_url(target):
-        engine = await open_kafka_log(str(target))
+        options = client_options(retention_interval, pause_gc)  # checked as on PostgreSQL
+        engine = await open_kafka_log(str(target), pause_gc=options.pause_gc)
         return AsyncClient(AsyncNoDatabase(engine), serializer=serializer, log=engine)  # type: ignore[arg-type]
     check_schema(schema)
     return AsyncClient(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import pytest
@@ -49,12 +50,22 @@ def backend(request: pytest.FixtureRequest) -> str:
     return cast(str, request.param)
 
 
+LOG_URL = pytest.StashKey[str]()
+
+
+@pytest.fixture
+def log_url(log_client: postroom.Client, request: pytest.FixtureRequest) -> str:
+    """The URL ``log_client`` is connected to (for processes of the test's own)."""
+    return cast(str, request.node.stash[LOG_URL])
+
+
 @pytest.fixture
 def log_client(backend: str, request: pytest.FixtureRequest) -> Iterator[postroom.Client]:
     """A client of ``backend``: its log API is what the tests exercise."""
     if backend == "postgresql":
         server: Server = request.getfixturevalue("pg15")
         name = server.create_database()
+        request.node.stash[LOG_URL] = server.url(name)
         try:
             with postroom.connect(server.url(name)) as client:
                 yield client
@@ -62,12 +73,30 @@ def log_client(backend: str, request: pytest.FixtureRequest) -> Iterator[postroo
             server.drop_database(name)
         return
     url = f"kafka://{request.getfixturevalue('kafka_broker')}"
+    request.node.stash[LOG_URL] = url
     if backend == "kafka":
         with postroom.connect(url) as client:
             yield client
         return
     loop = EventLoopThread()
     real = loop.run(postroom.connect_async(url))
+    try:
+        yield cast(postroom.Client, Blocking(real, loop))
+    finally:
+        loop.run(real.close())
+        loop.close()
+
+
+@contextmanager
+def another_client(backend: str, url: str, **options: Any) -> Iterator[postroom.Client]:
+    """A second client of ``backend`` on ``url`` with ``connect()`` ``options`` (the async
+    one behind ``Blocking`` on ``kafka-async``)."""
+    if backend != "kafka-async":
+        with postroom.connect(url, **options) as client:
+            yield client
+        return
+    loop = EventLoopThread()
+    real = loop.run(postroom.connect_async(url, **options))
     try:
         yield cast(postroom.Client, Blocking(real, loop))
     finally:

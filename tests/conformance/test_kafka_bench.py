@@ -13,9 +13,13 @@ from postroom.benchmarks import log as log_bench
 def test_the_kafka_log_benchmark_runs(
     kafka_broker: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = log_bench.main(["--url", f"kafka://{kafka_broker}", "--messages", "300", "--json"])
-    assert code == 0
+    args = ["--url", f"kafka://{kafka_broker}", "--messages", "300", "--rounds", "2", "--json"]
+    assert log_bench.main(args) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["messages"] == 300
     for name in ("raw_produce_per_s", "producer_per_s", "raw_consume_per_s", "consumer_per_s"):
         assert figures[name] > 0, name
+    assert len(figures["rounds"]) == 2  # alternating: postroom's side first in the second
+    assert list(figures["rounds"][1])[:2] == ["producer", "raw_produce"]
+    low, high = figures["consume_ratio_range"]
+    assert low <= figures["consume_ratio"] <= high

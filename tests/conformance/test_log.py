@@ -6,6 +6,7 @@ run on Tansu is said where it is left out (docs/kafka.md, "Conformance").
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -14,10 +15,10 @@ from typing import Any
 import pytest
 
 import postroom
-from postroom import TopicPartition
+from postroom import TopicPartition, _fastpaths
 from postroom.errors import Fenced, InvalidArgument, NotSupported
 
-from .conftest import KAFKA_CONSUMER, drain
+from .conftest import KAFKA_CONSUMER, another_client, drain
 
 
 def test_order_per_partition(log_client: postroom.Client, names: Callable[[str], str]) -> None:
@@ -50,51 +51,6 @@ def test_keys_land_on_postrooms_partition_numbers(
     assert placed == expected
     batch = log_client.publish_batch(topic, [{"value": b"w", "key": key} for key in keys])
     assert [p.partition for p in batch] == [expected[key] for key in keys]
-
-
-def test_a_group_splits_partitions_without_duplicates(
-    log_client: postroom.Client, names: Callable[[str], str]
-) -> None:
-    topic, group = names("split"), names("g")
-    log_client.create_topic(topic, partitions=6)
-    members = [log_client.consumer(group, topic, **KAFKA_CONSUMER) for _ in range(3)]
-    received: list[list[postroom.Message]] = [[] for _ in members]
-    held: list[set[TopicPartition]] = [set() for _ in members]
-    stop = threading.Event()
-
-    def run(index: int) -> None:
-        consumer = members[index]
-        while not stop.is_set():
-            batch = consumer.poll(timeout=0.2)
-            held[index] = consumer.assignment()
-            if batch:
-                received[index].extend(batch)
-                consumer.commit()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-    for thread in threads:
-        thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # until the group settled: 2 partitions each
-            if all(len(h) == 2 for h in held) and len(set().union(*held)) == 6:
-                break
-            time.sleep(0.05)
-        assert [len(h) for h in held] == [2, 2, 2], held
-        log_client.publish_batch(topic, [{"value": str(i), "key": f"k{i}"} for i in range(120)])
-        deadline = time.monotonic() + 60
-        while sum(map(len, received)) < 120 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
-        for consumer in members:
-            consumer.close()
-    values = sorted(int(m.text()) for batch in received for m in batch)
-    assert values == list(range(120))  # each message once, no duplicate
-    for index, batch in enumerate(received):
-        assert {m.topic_partition for m in batch} <= held[index]
 
 
 def test_commit_seek_and_reset(log_client: postroom.Client, names: Callable[[str], str]) -> None:
@@ -286,3 +242,43 @@ def test_the_postgresql_only_features_refuse_clearly(
         log_client.enqueue("email", {"to": "a@example.com"})
     with pytest.raises(NotSupported, match="PostgreSQL"):
         log_client.migrate()
+
+
+@pytest.mark.parametrize("pause_gc", [True, False])
+def test_a_client_turns_the_gc_pause_off(
+    log_client: postroom.Client,
+    log_url: str,
+    backend: str,
+    names: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    pause_gc: bool,
+) -> None:
+    """``connect(pause_gc=...)`` holds on both backends: a poll pauses the collector while it
+    builds its messages (on the fast paths), or leaves it running when told to."""
+    topic = names("gc")
+    log_client.create_topic(topic)
+    log_client.publish_batch(topic, [b"x"] * 10)
+    disabled: list[str] = []
+    real_disable = gc.disable
+
+    def counting_disable() -> None:
+        disabled.append(threading.current_thread().name)
+        real_disable()
+
+    with another_client(backend, log_url, pause_gc=pause_gc) as client:
+        tp = TopicPartition(topic, 0)
+        with client.consumer(None, topic, partitions=[tp], **KAFKA_CONSUMER) as consumer:
+            monkeypatch.setattr(gc, "disable", counting_disable)
+            got: list[postroom.Message] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 10 and time.monotonic() < deadline:
+                got += consumer.poll(timeout=1)
+            monkeypatch.undo()
+    assert len(got) == 10
+    assert bool(disabled) == (pause_gc and _fastpaths.FAST), (backend, disabled)
+    assert gc.isenabled()
+
+
+def test_pause_gc_must_be_a_bool_on_kafka() -> None:
+    with pytest.raises(InvalidArgument, match="invalid pause_gc"):
+        postroom.connect("kafka://127.0.0.1:1", pause_gc="no")  # type: ignore[arg-type]

@@ -7,22 +7,29 @@ doing the same work in the same run, on the same broker.
    postroom's ``send()`` future gives), then flushes: the produce reference;
 2. **producer**: ``client.producer()``: ``send()`` each value, then ``flush()``;
 3. **raw consume**: a confluent-kafka consumer in a new group reads the raw phase's topic with
-   ``consume(poll_max_messages)``, reading each message's key, value, headers and timestamp
-   (what a postroom ``Message`` holds) and committing each batch synchronously: the consume
-   reference;
+   ``consume(poll_max_messages)``, reading each message's topic, partition, offset, key,
+   value, headers and timestamp (what a postroom ``Message`` holds) and committing each batch
+   synchronously: the consume reference;
 4. **consumer**: ``client.consumer()`` in a new group, ``poll(max_messages=...)``, reading
-   each message's key, value, headers and timestamp, and ``commit()`` per batch, on the same
-   topic.
+   the same fields of each message, and ``commit()`` per batch, on the same topic.
 
 Consume rates count from the first message (a group's join is not throughput). The ratio of
 each postroom phase to its reference is the API's cost: the issue's bar is >= 0.8.
+
+``--rounds N`` runs the four phases N times on fresh topics, alternating which side of each
+pair goes first, each phase after a ``gc.collect()``: both sides meet the same process and
+broker conditions. The figures are the medians of the rounds, with each ratio's range (a shared
+box moves single runs by +-30%).
 """
 
 from __future__ import annotations
 
+import gc
+import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +115,8 @@ def _raw_consume(broker: str, topic: str, count: int, batch: int) -> float:
         if records:
             start = start or time.perf_counter()
             for record in records:
-                if record.error() is None:
+                if record.error() is None:  # every field a Message holds
+                    record.topic(), record.partition(), record.offset()
                     record.key(), record.value(), record.headers(), record.timestamp()
                     seen += 1
             consumer.commit(asynchronous=False)
@@ -127,56 +135,91 @@ def _postroom_consume(client: Any, topic: str, count: int, batch: int) -> float:
             if messages:
                 start = start or time.perf_counter()
                 for message in messages:  # what the raw loop reads of each record
-                    _ = message.key, message.value, message.headers, message.timestamp
+                    _ = message.topic, message.partition, message.offset, message.key
+                    _ = message.value, message.headers, message.timestamp
                 seen += len(messages)
                 consumer.commit()
     return time.perf_counter() - (start or time.perf_counter())
 
 
-def run(url: str, settings: KafkaSettings | None = None) -> dict[str, Any]:
+PHASES = ("raw_produce", "producer", "raw_consume", "consumer")
+
+
+def _round(
+    client: Any, broker: str, settings: KafkaSettings, values: list[bytes], flip: bool
+) -> dict[str, float]:
+    """One round's four rates. ``flip``: postroom's side of each pair runs first (rounds
+    alternate, so neither side always meets a warmer broker or a fuller heap)."""
+    suffix = uuid.uuid4().hex[:8]
+    raw_topic, api_topic = f"bench-raw-{suffix}", f"bench-postroom-{suffix}"
+    client.create_topic(raw_topic, settings.partitions)
+    client.create_topic(api_topic, settings.partitions)
+    count, batch, linger = settings.messages, settings.poll_max_messages, settings.linger_ms
+    pairs: list[tuple[tuple[str, Callable[[], float]], tuple[str, Callable[[], float]]]] = [
+        (
+            ("raw_produce", lambda: _raw_produce(broker, raw_topic, values, linger)),
+            ("producer", lambda: _postroom_produce(client, api_topic, values, linger)),
+        ),
+        (  # both read the raw phase's topic: the same records, each in a new group
+            ("raw_consume", lambda: _raw_consume(broker, raw_topic, count, batch)),
+            ("consumer", lambda: _postroom_consume(client, raw_topic, count, batch)),
+        ),
+    ]
+    rates: dict[str, float] = {}
+    for pair in pairs:
+        for name, phase in reversed(pair) if flip else pair:
+            gc.collect()  # each phase starts from the same heap: no garbage of the one before
+            rates[name] = rate(count, phase())
+    for topic in (raw_topic, api_topic):
+        client.delete_topic(topic)
+    return rates
+
+
+def run(url: str, settings: KafkaSettings | None = None, rounds: int = 1) -> dict[str, Any]:
+    """``rounds`` alternating rounds on ``url``; the figures are the medians, with each
+    round's and the range of each ratio."""
     settings = settings or KafkaSettings()
     broker = _bootstrap(url)
     values = [bytes([i % 251]) * settings.value_size for i in range(settings.messages)]
-    suffix = uuid.uuid4().hex[:8]
-    raw_topic, api_topic = f"bench-raw-{suffix}", f"bench-postroom-{suffix}"
     result: dict[str, Any] = {
         "date": _common.started_at(),
         "load_average": _common.load_average(),
         "messages": settings.messages,
         "partitions": settings.partitions,
+        "rounds": [],
     }
     with postroom.connect(url) as client:
-        client.create_topic(raw_topic, settings.partitions)
-        client.create_topic(api_topic, settings.partitions)
-        raw = _raw_produce(broker, raw_topic, values, settings.linger_ms)
-        api = _postroom_produce(client, api_topic, values, settings.linger_ms)
-        raw_read = _raw_consume(broker, raw_topic, settings.messages, settings.poll_max_messages)
-        api_read = _postroom_consume(
-            client, raw_topic, settings.messages, settings.poll_max_messages
-        )
-        for topic in (raw_topic, api_topic):
-            client.delete_topic(topic)
-    result["raw_produce_per_s"] = rate(settings.messages, raw)
-    result["producer_per_s"] = rate(settings.messages, api)
-    result["produce_ratio"] = result["producer_per_s"] / max(result["raw_produce_per_s"], 1e-9)
-    result["raw_consume_per_s"] = rate(settings.messages, raw_read)
-    result["consumer_per_s"] = rate(settings.messages, api_read)
-    result["consume_ratio"] = result["consumer_per_s"] / max(result["raw_consume_per_s"], 1e-9)
+        for index in range(max(1, rounds)):
+            figures = _round(client, broker, settings, values, flip=index % 2 == 1)
+            figures["produce_ratio"] = figures["producer"] / max(figures["raw_produce"], 1e-9)
+            figures["consume_ratio"] = figures["consumer"] / max(figures["raw_consume"], 1e-9)
+            result["rounds"].append(figures)
+    every = result["rounds"]
+    for name in PHASES:
+        result[f"{name}_per_s"] = statistics.median(r[name] for r in every)
+    for ratio in ("produce_ratio", "consume_ratio"):
+        result[ratio] = statistics.median(r[ratio] for r in every)
+        result[f"{ratio}_range"] = [min(r[ratio] for r in every), max(r[ratio] for r in every)]
     result["load_average_after"] = _common.load_average()
     return result
 
 
 def format_report(result: dict[str, Any]) -> str:
+    rounds = len(result["rounds"])
+    produce_low, produce_high = result["produce_ratio_range"]
+    consume_low, consume_high = result["consume_ratio_range"]
     lines = [
         f"postroom bench log on Kafka, {result['date']}, {result['messages']} messages, "
-        f"{result['partitions']} partitions, load average {result['load_average']} -> "
-        f"{result['load_average_after']}",
+        f"{result['partitions']} partitions, {rounds} round(s) (medians), load average "
+        f"{result['load_average']} -> {result['load_average_after']}",
         f"  raw confluent-kafka produce  {result['raw_produce_per_s']:>12,.0f} msg/s",
         f"  postroom producer            {result['producer_per_s']:>12,.0f} msg/s  "
-        f"({result['produce_ratio']:.2f} of raw; target >= {TARGET_RATIO})",
+        f"({result['produce_ratio']:.2f} of raw, {produce_low:.2f}-{produce_high:.2f}; "
+        f"target >= {TARGET_RATIO})",
         f"  raw confluent-kafka consume  {result['raw_consume_per_s']:>12,.0f} msg/s",
         f"  postroom consumer            {result['consumer_per_s']:>12,.0f} msg/s  "
-        f"({result['consume_ratio']:.2f} of raw; target >= {TARGET_RATIO})",
+        f"({result['consume_ratio']:.2f} of raw, {consume_low:.2f}-{consume_high:.2f}; "
+        f"target >= {TARGET_RATIO})",
     ]
     return "\n".join(lines)
 
@@ -191,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=defaults.partitions)
     parser.add_argument("--linger-ms", type=float, default=defaults.linger_ms)
     parser.add_argument("--poll-max-messages", type=int, default=defaults.poll_max_messages)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="alternating rounds (figures: their medians)"
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run (5,000)")
     args = parser.parse_args(argv)
     settings = KafkaSettings(
@@ -199,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         linger_ms=args.linger_ms,
         poll_max_messages=args.poll_max_messages,
     )
-    return _common.report(run(args.url, settings), args.json, format_report)
+    return _common.report(run(args.url, settings, args.rounds), args.json, format_report)
 
 
 if __name__ == "__main__":

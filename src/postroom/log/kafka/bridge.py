@@ -2,7 +2,8 @@
 delivery future for the caller, and a user callback run from librdkafka's calling thread.
 
 Hand-written, not generated: ``*_async`` names here become their plain twins in the sync
-modules (``future_async`` -> ``future``, ``AsyncHooks`` -> ``Hooks``).
+modules (``future_async`` -> ``future``, ``new_sends_async`` -> ``new_sends``, ``AsyncHooks``
+-> ``Hooks``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,26 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..._acompat import acall_hook, call_hook
+from ..._futures import ASends, Sends
 
 T = TypeVar("T")
 
 
-def future_async(done: concurrent.futures.Future[T]) -> asyncio.Future[T]:
-    """``done`` (resolved by librdkafka's delivery callback, in another thread) as an asyncio
-    future of the running loop."""
-    return asyncio.wrap_future(done)
+def new_sends_async() -> ASends:
+    """The outcomes of a group of async sends: their futures are ``ASendFuture`` (a real
+    asyncio future made only when one is awaited; the delivery reports, in the producer's
+    thread, finish it on its loop). On the event loop."""
+    return ASends()
+
+
+def new_sends() -> Sends:
+    return Sends()
+
+
+def future_async(done: Any) -> Any:
+    """The future ``send()`` returns: ``done`` itself, an ``ASendFuture`` (asyncio takes it
+    for a future; ``asyncio.wrap_future`` per send was 75% of a send's time, cProfile)."""
+    return done
 
 
 def future(done: concurrent.futures.Future[T]) -> concurrent.futures.Future[T]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -45,9 +46,10 @@ from .settings import KafkaSettings, parse_kafka_url
 log = logging.getLogger("postroom.dlq")
 
 
-def open_kafka_log(url: str) -> KafkaLog:
-    """The Kafka engine for ``url``; :class:`BrokerUnavailable` at once if no broker answers."""
-    engine = KafkaLog(parse_kafka_url(url))
+def open_kafka_log(url: str, *, pause_gc: bool = True) -> KafkaLog:
+    """The Kafka engine for ``url``; :class:`BrokerUnavailable` at once if no broker answers.
+    ``pause_gc``: as ``connect()``'s."""
+    engine = KafkaLog(replace(parse_kafka_url(url), pause_gc=pause_gc))
     try:
         engine.admin.check_reachable()
     except BaseException:

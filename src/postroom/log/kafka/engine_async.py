@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -43,9 +44,10 @@ from .settings import KafkaSettings, parse_kafka_url
 log = logging.getLogger("postroom.dlq")
 
 
-async def open_kafka_log(url: str) -> AsyncKafkaLog:
-    """The Kafka engine for ``url``; :class:`BrokerUnavailable` at once if no broker answers."""
-    engine = AsyncKafkaLog(parse_kafka_url(url))
+async def open_kafka_log(url: str, *, pause_gc: bool = True) -> AsyncKafkaLog:
+    """The Kafka engine for ``url``; :class:`BrokerUnavailable` at once if no broker answers.
+    ``pause_gc``: as ``connect()``'s."""
+    engine = AsyncKafkaLog(replace(parse_kafka_url(url), pause_gc=pause_gc))
     try:
         await engine.admin.check_reachable()
     except BaseException:

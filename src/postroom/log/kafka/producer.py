@@ -23,9 +23,16 @@ from typing import Any
 from ..._acompat import to_thread
 from ..._futures import Sends
 from ...errors import BufferFull, InvalidArgument, ProducerClosed
-from ..records import HeaderValue, Published, Value, make_record
+from ..records import (
+    _CHECKED_TOPICS,
+    MAX_VALUE_BYTES,
+    HeaderValue,
+    Published,
+    Value,
+    make_record,
+)
 from .admin import KafkaAdmin
-from .bridge import future
+from .bridge import future, new_sends
 from .failures import kafka_module, translate
 from .messages import kafka_headers
 
@@ -70,9 +77,10 @@ class KafkaProducer:
         }
         self._producer = kafka.Producer(config)
         self._kafka = kafka
-        self._sends = Sends()
+        self._sends: Sends | None = None  # made by the first send (on the event loop)
         self._sends_lock = threading.Lock()
         self._reports: deque[tuple[Sends, int, Any, Any]] = deque()
+        self._report = self._delivered  # one bound method, not one a send
         self._closed = False
         self._stop = threading.Event()
         self._reporter = threading.Thread(
@@ -109,14 +117,6 @@ class KafkaProducer:
         for sends, (indexes, values) in ok.items():
             sends.set_results(indexes, values)
 
-    def _next_future(self) -> tuple[Sends, Any]:
-        with self._sends_lock:
-            sends = self._sends
-            done = sends.new()
-            if done._index + 1 >= SENDS_PER_GROUP:
-                self._sends = Sends()
-        return sends, done
-
     def send(
         self,
         topic: str,
@@ -130,26 +130,48 @@ class KafkaProducer:
         topic that does not exist and a partition it lacks raise here."""
         if self._closed:
             raise ProducerClosed("send() on a closed producer")
-        record = make_record(topic, value, key, headers, partition)
-        count = self._admin.cached_partitions(record.topic)
+        if (
+            type(value) is bytes
+            and key is None
+            and headers is None
+            and partition is None
+            and type(topic) is str
+            and topic in _CHECKED_TOPICS
+            and len(value) <= MAX_VALUE_BYTES
+        ):  # the common case: nothing to encode or check again (no Record built)
+            name, data, encoded_key, kafka_header_list, target = topic, value, None, None, -1
+        else:
+            record = make_record(topic, value, key, headers, partition)
+            name, data, encoded_key = record.topic, record.value, record.key
+            kafka_header_list = None if record.headers is None else kafka_headers(record.headers)
+            target = -1 if record.partition is None else record.partition
+        count = self._admin.cached_partitions(name)
         if count is None:
-            count = self._admin.partitions(record.topic)
-        if record.partition is not None and record.partition >= count:
+            count = self._admin.partitions(name)
+        if target >= count:
             raise InvalidArgument(
-                f"invalid partition {record.partition}: topic {topic!r} has {count} partitions"
+                f"invalid partition {target}: topic {topic!r} has {count} partitions"
             )
-        sends, done = self._next_future()
-        index = done._index
+        with self._sends_lock:  # inline, not a method: this runs once a send
+            sends = self._sends
+            if sends is None:
+                sends = self._sends = new_sends()
+            done = sends.new()
+            index = done._index
+            if index + 1 >= SENDS_PER_GROUP:
+                self._sends = new_sends()
         deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
         while True:
             try:
                 self._producer.produce(
-                    record.topic,
-                    value=record.value,
-                    key=record.key,
-                    headers=None if record.headers is None else kafka_headers(record.headers),
-                    partition=-1 if record.partition is None else record.partition,
-                    on_delivery=partial(self._delivered, sends, index),
+                    name,
+                    value=data,
+                    key=encoded_key,
+                    headers=kafka_header_list,
+                    partition=target,
+                    # The report's only per-send object: the future is not kept, so a caller
+                    # that drops it frees it at once (postroom/_futures.py).
+                    on_delivery=partial(self._report, sends, index),
                 )
                 break
             except BufferError:

@@ -37,11 +37,14 @@ DEFAULT_TIMEOUT = 10.0
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """What a ``kafka://`` URL says: the librdkafka base ``config`` and the call ``timeout``."""
+    """What a ``kafka://`` URL says: the librdkafka base ``config`` and the call ``timeout``;
+    and the client's ``pause_gc`` (``connect(pause_gc=...)``: the garbage collector off while
+    a poll builds its messages, as on PostgreSQL)."""
 
     brokers: str
     config: dict[str, Any] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT
+    pause_gc: bool = True
 
     @property
     def description(self) -> str:
