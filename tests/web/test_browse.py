@@ -1,6 +1,7 @@
 """What the topic and job pages show, from a real database's rendered HTML: a partition seeked
 by time starts at the first message written at or after it, a header filter keeps only the
-messages whose headers contain it, and a job's page lists its parents and dependents."""
+messages whose headers contain it, a job's page lists its parents and dependents, and a
+group's reset dry run to an offset or a time shows where each cursor would move."""
 
 from __future__ import annotations
 
@@ -79,3 +80,33 @@ def test_a_jobs_page_shows_its_parents_and_dependents(
         r"<td>waiting",
         workflow(parent.id),
     )
+
+
+def _preview(html: str) -> list[list[str]]:
+    table = html.split('id="preview"')[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td>(.*?)</td></tr>", table, re.S)
+    return [row.split("</td><td>") for row in rows]
+
+
+def test_reset_dry_runs_to_an_offset_and_a_time_then_the_reset_to_an_offset(
+    serve: Callable[..., DashboardServer], client: postroom.Client, dsn: str
+) -> None:
+    client.create_topic("ticks")
+    for n in range(5):
+        client.publish("ticks", {"n": n})
+    with client.consumer("readers", "ticks") as consumer:
+        assert len(consumer.poll(timeout=5, max_messages=4)) == 4
+        consumer.commit()
+    server = serve()
+    base = f"{server.url}/groups/readers?topic=ticks&partition=0"
+    assert _preview(httpx.get(f"{base}&to=offset&value=1").text) == [["0", "4", "1", "-3"]]
+    at = quote(_created_at(dsn, "ticks", 2))
+    assert _preview(httpx.get(f"{base}&to=time&value={at}").text) == [["0", "4", "2", "-2"]]
+    assert client.describe_group("readers").partitions[0].committed == 4  # a dry run
+    with httpx.Client(base_url=server.url) as http:
+        page = http.get("/groups/readers?topic=ticks&to=offset&value=1&partition=0").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf
+        form = {"csrf": csrf[1], "next": "/groups/readers", "group": "readers", "topic": "ticks"}
+        http.post("/actions/reset-group", data={**form, "to": "offset", "value": "1"})
+    assert client.describe_group("readers").partitions[0].committed == 1
