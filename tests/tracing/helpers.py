@@ -39,3 +39,18 @@ def child_of(span: Any, parent: Any) -> bool:
         and span.parent.span_id == parent.get_span_context().span_id
         and span.get_span_context().trace_id == parent.get_span_context().trace_id
     )
+
+
+def check_relayed(spans: Spans, event: Any, destination: str, headers: dict[str, str]) -> None:
+    """The relay's span of ``event`` to ``destination``: a producer span, a child of the
+    event's send and linked to it, whose context the sink's ``headers`` carry."""
+    relayed = next(
+        s for s in spans.named(f"send {destination}") if "postroom.relay.sink" in s.attributes
+    )
+    assert relayed.kind.name == "PRODUCER"
+    assert child_of(relayed, event) and linked_to(relayed, event)
+    assert relayed.attributes["messaging.system"] == "postroom"
+    assert relayed.attributes["messaging.destination.name"] == destination
+    assert relayed.attributes["messaging.consumer.group.name"].startswith("relay.")
+    assert relayed.attributes["postroom.source.topic"] == "outbox"
+    assert headers["traceparent"] == traceparent(relayed)

@@ -11,14 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.trace import SpanKind
 
 import postroom
 from postroom import Route
 
 from ..relay.helpers import running_relay, unique
 from ..signals import wait_for
-from .helpers import Spans, child_of, linked_to, traceparent
+from .helpers import Spans, check_relayed
 
 redis = pytest.importorskip("redis")
 nats = pytest.importorskip("nats")
@@ -43,19 +42,6 @@ def redis_headers(stream: str) -> list[dict[str, str]]:
         return [json.loads(fields[b"headers"]) for _, fields in r.xrange(stream)]
     finally:
         r.close()
-
-
-def check_relayed(spans: Spans, event: Any, destination: str, headers: dict[str, str]) -> None:
-    relayed = next(
-        s for s in spans.named(f"send {destination}") if "postroom.relay.sink" in s.attributes
-    )
-    assert relayed.kind is SpanKind.PRODUCER
-    assert child_of(relayed, event) and linked_to(relayed, event)
-    assert relayed.attributes["messaging.system"] == "postroom"
-    assert relayed.attributes["messaging.destination.name"] == destination
-    assert relayed.attributes["messaging.consumer.group.name"].startswith("relay.")
-    assert relayed.attributes["postroom.source.topic"] == "outbox"
-    assert headers["traceparent"] == traceparent(relayed)
 
 
 @pytest.mark.parametrize("debezium", [False, True])

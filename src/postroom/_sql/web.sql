@@ -72,13 +72,16 @@ ORDER BY m."offset" LIMIT 1;
 
 -- name: web_members
 -- Live and recently expired members of every group with their topics, session and joined
--- time, and the partitions they hold with each lease's epoch (no locks).
+-- time, the partitions they hold with each lease's epoch, and their last heartbeat (each
+-- heartbeat sets expires_at to now() + session_timeout, so it is the expiry less the session;
+-- no locks).
 SELECT mb.group_name, mb.member_id, mb.joined_at, mb.expires_at, mb.expires_at > now() AS alive,
        extract(epoch FROM mb.session_timeout)::float8 AS session_seconds,
        coalesce((SELECT array_agg(t.name || '/' || l.partition || '@' || l.epoch
                                   ORDER BY t.name, l.partition)
                  FROM {schema}.leases l JOIN {schema}.topics t ON t.id = l.topic_id
-                 WHERE l.group_name = mb.group_name AND l.owner = mb.member_id), '{{}}') AS held
+                 WHERE l.group_name = mb.group_name AND l.owner = mb.member_id), '{{}}') AS held,
+       mb.expires_at - mb.session_timeout AS last_heartbeat
 FROM {schema}.members mb
 ORDER BY mb.group_name, mb.member_id;
 

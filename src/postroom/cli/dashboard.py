@@ -43,13 +43,20 @@ def _web() -> Any:
     return postroom.web, uvicorn
 
 
+def mounted(asgi: Any, prefix: str) -> Any:
+    """``asgi`` served under ``prefix`` (``--prefix /ops``), its lifespan run by the outer app;
+    ``asgi`` itself for an empty prefix."""
+    if not prefix.rstrip("/"):
+        return asgi
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    return Starlette(routes=[Mount(prefix.rstrip("/"), asgi)], lifespan=_lifespan_of(asgi))
+
+
 def _serve(asgi: Any, host: str, port: int, prefix: str, what: str) -> None:
     _, uvicorn = _web()
-    if prefix:
-        from starlette.applications import Starlette
-        from starlette.routing import Mount
-
-        asgi = Starlette(routes=[Mount(prefix.rstrip("/"), asgi)], lifespan=_lifespan_of(asgi))
+    asgi = mounted(asgi, prefix)
     shown = f"[{host}]" if ":" in host else host
     console.print(f"postroom {what} on http://{shown}:{port}{prefix.rstrip('/')}/")
     uvicorn.run(

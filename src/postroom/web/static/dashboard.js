@@ -27,11 +27,41 @@
     });
   }
 
+  // A card's sparkline: the sum of the pick's series (every topic, group or queue) as one
+  // small line with no axes, legend or cursor.
+  function spark(figure) {
+    var url = base + "/api/series?pick=" + encodeURIComponent(figure.dataset.pick);
+    fetch(url, {credentials: "same-origin"}).then(function (r) { return r.json(); }).then(function (data) {
+      var labels = Object.keys(data.series);
+      var total = data.t.map(function (_, i) {
+        var sum = null;
+        labels.forEach(function (label) {
+          var v = data.series[label][i];
+          if (v !== null && v !== undefined) { sum = (sum || 0) + v; }
+        });
+        return sum;
+      });
+      var old = figure.querySelector(".uplot");
+      if (old) { old.remove(); }
+      new uPlot({width: 140, height: 32, series: [{}, {stroke: palette[0], width: 1.5}],
+                 axes: [{show: false}, {show: false}], legend: {show: false},
+                 cursor: {show: false}, scales: {x: {time: false}}}, [data.t, total], figure);
+      figure.dataset.points = String(total.filter(function (v) { return v !== null; }).length);
+    });
+  }
+
   function drawAll(root) {
     (root || document).querySelectorAll("figure.chart").forEach(draw);
+    (root || document).querySelectorAll("figure.spark").forEach(spark);
   }
 
   document.addEventListener("DOMContentLoaded", function () { drawAll(); });
+  // The live view swaps the cards in anew: draw the sparklines it brought.
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll("figure.spark").forEach(function (figure) {
+      if (!figure.querySelector(".uplot")) { spark(figure); }
+    });
+  });
   // As the tables' "every 30s": a chart moves on (a rate falling to 0) with no wake-up too.
   setInterval(function () { drawAll(); }, 30000);
   if (document.readyState !== "loading") { drawAll(); }
