@@ -94,24 +94,35 @@ def test_samples_survive_a_restart_of_the_dashboard(
     assert recorded(dsn) == before
 
 
+def ring_pages(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT pg_relation_size('postroom.web_samples') / current_setting('block_size')::int"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_the_ring_stays_bounded_in_rows_and_pages(dsn: str) -> None:
+    pages: list[int] = []
+
     async def body(samplers: list[Sampler]) -> None:
         [sampler] = samplers
-        for _ in range(3 * 40):
-            await sampler.sample()
+        for rounds in (120, 480):
+            for _ in range(rounds):
+                await sampler.sample()
+            pages.append(ring_pages(dsn))
         assert len(sampler.samples) == 3
         assert [s.at for s in sampler.samples] == pytest.approx(recorded(dsn))
 
     # An interval of a microsecond: every round records (transactions' clocks differ).
     with_samplers(dsn, 1, body, interval=1e-6, history=3, max_age=3600)
     assert len(recorded(dsn)) == 3
-    with psycopg.connect(dsn) as conn:
-        [pages] = conn.execute(
-            "SELECT pg_relation_size('postroom.web_samples') / current_setting('block_size')::int"
-        ).fetchone() or (None,)
-    # 120 overwrites of 3 rows (unpruned, several pages of old versions): HOT updates, whose
-    # old versions are pruned in the page itself, autovacuum or not.
-    assert pages is not None and pages <= 2, f"the ring grew to {pages} pages"
+    # Overwrites of 3 rows are HOT updates, whose old versions are pruned in the page itself,
+    # autovacuum or not: the 480 after the first 120 add no page (an insert and a delete a
+    # sample grew by about a page every 35 writes when measured). One page is the slack a
+    # snapshot held elsewhere for a moment can cost (a 3-page ring was seen in a loaded suite).
+    assert pages[1] <= pages[0] + 1 and pages[1] <= 4, f"the ring grew: {pages} pages"
 
 
 def test_a_smaller_ring_prunes_the_slots_beyond_it(dsn: str) -> None:
