@@ -120,3 +120,39 @@ def test_consumer_grants_before_and_after_migration_0037(
             {"r": role},
         ).fetchone()
     assert rights == (True, True, True, True, False)  # never the instance token
+
+
+def test_worker_grants_before_and_after_migration_0038(client: postroom.Client, role: str) -> None:
+    """On a schema without 0038 the worker grant skips the registry's functions; migrating
+    then gives the worker roles granted before it the registry's functions, and a role that
+    reads jobs (a dashboard's) SELECT on the registry."""
+    with login_role(client.conninfo, "postroom_reader") as reader:
+        _migrate_0038(client, role, reader)
+
+
+def _migrate_0038(client: postroom.Client, role: str, reader: str) -> None:
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        conn.execute("DROP TABLE postroom.workers")
+        for function in (
+            "register_worker(text, text, integer, text[], integer, interval)",
+            "worker_heartbeat(text, interval)",
+            "unregister_worker(text)",
+            "prune_workers(interval)",
+        ):
+            conn.execute(f"DROP FUNCTION postroom.{function}")
+        conn.execute("DELETE FROM postroom.schema_migrations WHERE version = 38")
+        conn.execute(f"GRANT SELECT ON postroom.jobs TO {reader}")
+    client.grant(role, "worker")  # no error on the missing functions
+    assert client.migrate() == ["0038_worker_registry"]
+    with psycopg.connect(client.conninfo, autocommit=True) as conn:
+        rights = conn.execute(
+            "SELECT has_function_privilege(%(r)s, 'postroom.register_worker(text, text,"
+            "  integer, text[], integer, interval)', 'EXECUTE'),"
+            " has_function_privilege(%(r)s, 'postroom.prune_workers(interval)', 'EXECUTE'),"
+            " has_table_privilege(%(r)s, 'postroom.workers', 'SELECT'),"
+            " has_table_privilege(%(r)s, 'postroom.workers', 'UPDATE'),"
+            " has_table_privilege(%(ro)s, 'postroom.workers', 'SELECT'),"
+            " has_function_privilege(%(ro)s, 'postroom.unregister_worker(text)', 'EXECUTE')",
+            {"r": role, "ro": reader},
+        ).fetchone()
+    assert rights == (True, True, False, False, True, False)

@@ -57,6 +57,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "web_schedule": {"name": "x"},
     "web_limits": {},
     "web_workers": {},
+    "web_workers_per_queue": {},
     "web_finished_since": {"after": datetime.now(UTC), "limit": 10_000},
     "web_group_consumed": {},
     "web_failed_count": {},

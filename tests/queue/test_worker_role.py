@@ -53,6 +53,10 @@ WORKER_ESCAPES = [
     "UPDATE postroom.job_sequences SET last_job_id = 0",
     "INSERT INTO postroom.queue_pauses (queue) VALUES ('default')",
     "TRUNCATE postroom.jobs",
+    # the worker registry: only through its functions, only the role's own rows
+    "UPDATE postroom.workers SET expires_at = 'infinity'",
+    "DELETE FROM postroom.workers",
+    "SELECT * FROM postroom.workers",
     # functions that are not the worker's
     "SELECT postroom.pause_queue('default')",
     "SELECT postroom.cancel_job(1)",

@@ -28,7 +28,7 @@ PAGES = {
     "/jobs?state=done": ["fine"],
     "/deadletters": ["orders.dlq", "total must be positive"],
     "/relays": ["Relays"],
-    "/workers": ["Group members"],
+    "/workers": ["Job workers", "Group members"],
     "/audit": ["Audit log"],
 }
 

@@ -109,6 +109,16 @@ GRANT EXECUTE ON FUNCTION
     {schema}.job_outcome(bigint)
 TO {role};
 
+-- name: grant_worker_0038
+-- The worker capability's rights of migration 0038: register the worker, beat and unregister
+-- it (only rows its own role registered), prune workers gone for a while. No table rights.
+GRANT EXECUTE ON FUNCTION
+    {schema}.register_worker(text, text, integer, text[], integer, interval),
+    {schema}.worker_heartbeat(text, interval),
+    {schema}.unregister_worker(text),
+    {schema}.prune_workers(interval)
+TO {role};
+
 -- name: grant_groups
 -- Lets role %(role)s use consumer groups %(groups)s ('*': take any group nobody holds yet)
 -- alongside the roles that hold them already (grant_groups checks the caller is an admin; row

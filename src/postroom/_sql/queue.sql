@@ -315,3 +315,23 @@ VACUUM {schema}.queue_pauses;
 -- Whether this role owns the queue tables (VACUUM by anyone else is skipped with a warning).
 SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class
 WHERE oid = '{schema}.jobs'::regclass;
+
+-- name: register_worker
+-- Registers this worker in the worker registry (migration 0038), alive for %(ttl)s: true, or
+-- false if another role's worker has the name (row lock on the worker's row).
+SELECT {schema}.register_worker(%(worker)s, %(host)s, %(pid)s, %(queues)s::text[],
+                                %(concurrency)s, %(ttl)s::interval);
+
+-- name: worker_heartbeat
+-- This worker's registry heartbeat, alive for %(ttl)s more; false if its row is gone (row lock
+-- on it).
+SELECT {schema}.worker_heartbeat(%(worker)s, %(ttl)s::interval);
+
+-- name: unregister_worker
+-- Removes this worker's registry row on a clean stop (row lock on it).
+SELECT {schema}.unregister_worker(%(worker)s);
+
+-- name: prune_workers
+-- Deletes the registry rows of workers gone for longer than %(gone_for)s; how many (row locks on
+-- them, skipping locked ones).
+SELECT {schema}.prune_workers(%(gone_for)s::interval);

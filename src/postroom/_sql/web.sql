@@ -197,11 +197,32 @@ FROM {schema}.job_schedules WHERE name = %(name)s;
 SELECT scope, name, max_running, rate, burst FROM {schema}.job_limits ORDER BY scope, name;
 
 -- name: web_workers
--- Workers holding running jobs: jobs held, kinds, oldest start, latest lease expiry (the running
--- set is bounded by the workers' concurrency; no locks).
-SELECT worker, count(*)::bigint, array_agg(DISTINCT kind ORDER BY kind), min(started_at),
-       max(lease_expires_at)
-FROM {schema}.jobs WHERE state = 'running' GROUP BY worker ORDER BY worker;
+-- Every worker of the registry (migration 0038; idle ones too) and every worker holding running
+-- jobs, registered or not: name, host, pid, queues, concurrency, started, last heartbeat, alive
+-- until, status ('alive', 'gone': no heartbeat for a lease, or 'unregistered': a worker that
+-- cannot write the registry), then its running jobs, their kinds, the oldest start and the
+-- latest lease expiry. Reads the registry (a row per worker) and the running jobs through their
+-- partial index (bounded by the workers' concurrency); no locks.
+WITH held AS (
+    SELECT j.worker, count(*)::bigint AS jobs, array_agg(DISTINCT j.kind ORDER BY j.kind) AS kinds,
+           min(j.started_at) AS oldest, max(j.lease_expires_at) AS lease
+    FROM {schema}.jobs j WHERE j.state = 'running' GROUP BY j.worker
+)
+SELECT coalesce(w.worker, h.worker), w.host, w.pid, w.queues, w.concurrency, w.started_at,
+       w.heartbeat_at, w.expires_at,
+       CASE WHEN w.worker IS NULL THEN 'unregistered'
+            WHEN w.expires_at > now() THEN 'alive' ELSE 'gone' END,
+       coalesce(h.jobs, 0), coalesce(h.kinds, '{{}}'), h.oldest, h.lease
+FROM {schema}.workers w FULL JOIN held h ON h.worker = w.worker
+ORDER BY 1;
+
+-- name: web_workers_per_queue
+-- Registered workers alive (a heartbeat within their lease) per queue they serve, for the
+-- postroom_workers gauge: a row per worker (no locks).
+SELECT q.queue, count(*)::bigint
+FROM {schema}.workers w CROSS JOIN LATERAL unnest(w.queues) AS q(queue)
+WHERE w.expires_at > now()
+GROUP BY q.queue ORDER BY q.queue;
 
 -- name: web_finished_since
 -- Jobs finished after %(after)s (up to %(limit)s, oldest first) with queue, state, attempts and

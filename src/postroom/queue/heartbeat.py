@@ -7,6 +7,8 @@ extends, in one statement, the lease of every held job: claimed, running, and fi
 yet written back (a slow write-back must not let the rescuer hand a finished job to another
 worker). A running job whose lease is gone was taken from this worker (it is interrupted and
 forgotten), and a running job whose cancellation was requested is interrupted as cancelled.
+Each beat also keeps the worker's row in the worker registry alive (``roster_async``), held
+jobs or not.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .._db import Database
 from .._periodic import Periodic
 from ..errors import JobInterrupted
 from .outcomes import Claimed, HeldJobs, token_array
+from .roster import Roster
 
 log = logging.getLogger("postroom.worker")
 
@@ -38,6 +41,7 @@ class Heartbeat(Periodic):
         cancel_grace: float,
         held: HeldJobs,
         stopping: Event,
+        roster: Roster | None = None,
     ) -> None:
         self._now = Event()
         # No jitter: a beat must come well within the lease, and beats of several workers
@@ -49,12 +53,18 @@ class Heartbeat(Periodic):
         self._lease = timedelta(seconds=lease)
         self._cancel_grace = cancel_grace
         self._held = held
+        self._roster = roster
 
     def beat_now(self) -> None:
         """Beat at once (a cancellation may be waiting), or wake up to stop."""
         self._now.set()
 
     def tick(self) -> None:
+        self._beat_jobs()
+        if self._roster is not None:  # after the leases: they matter more
+            self._roster.beat()
+
+    def _beat_jobs(self) -> None:
         held = self._held.snapshot()
         if not held:
             return

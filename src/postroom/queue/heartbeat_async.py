@@ -5,6 +5,8 @@ extends, in one statement, the lease of every held job: claimed, running, and fi
 yet written back (a slow write-back must not let the rescuer hand a finished job to another
 worker). A running job whose lease is gone was taken from this worker (it is interrupted and
 forgotten), and a running job whose cancellation was requested is interrupted as cancelled.
+Each beat also keeps the worker's row in the worker registry alive (``roster_async``), held
+jobs or not.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .._db_async import AsyncDatabase
 from .._periodic_async import AsyncPeriodic
 from ..errors import JobInterrupted
 from .outcomes import Claimed, HeldJobs, token_array
+from .roster_async import AsyncRoster
 
 log = logging.getLogger("postroom.worker")
 
@@ -36,6 +39,7 @@ class AsyncHeartbeat(AsyncPeriodic):
         cancel_grace: float,
         held: HeldJobs,
         stopping: AEvent,
+        roster: AsyncRoster | None = None,
     ) -> None:
         self._now = AEvent()
         # No jitter: a beat must come well within the lease, and beats of several workers
@@ -47,12 +51,18 @@ class AsyncHeartbeat(AsyncPeriodic):
         self._lease = timedelta(seconds=lease)
         self._cancel_grace = cancel_grace
         self._held = held
+        self._roster = roster
 
     def beat_now(self) -> None:
         """Beat at once (a cancellation may be waiting), or wake up to stop."""
         self._now.set()
 
     async def tick(self) -> None:
+        await self._beat_jobs()
+        if self._roster is not None:  # after the leases: they matter more
+            await self._roster.beat()
+
+    async def _beat_jobs(self) -> None:
         held = self._held.snapshot()
         if not held:
             return

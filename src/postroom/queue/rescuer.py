@@ -1,9 +1,9 @@
 # Generated from src/postroom/queue/rescuer_async.py by tools/async_to_sync.py: do not edit.
 # Change the async module and run `python tools/async_to_sync.py`.
 """The queue's maintenance units: the rescuer returns jobs whose lease expired (their worker
-died), the purger deletes old finished jobs, the kind watch warns about jobs no worker
-registers. Any worker runs them; FOR UPDATE SKIP LOCKED lets several run at once without
-waiting."""
+died) and prunes the worker registry of workers gone a while (``roster_async``), the purger
+deletes old finished jobs, the kind watch warns about jobs no worker registers. Any worker runs
+them; FOR UPDATE SKIP LOCKED lets several run at once without waiting."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .._periodic import Periodic
 from .admin import JobAdmin
 from .fetcher import Fetcher
 from .registry import JobRegistry
+from .roster import Roster
 
 log = logging.getLogger("postroom.worker")
 
@@ -26,17 +27,29 @@ CHECK_INTERVAL = 60.0
 
 class Rescuer(Periodic):
     """Every ``interval`` seconds (jittered) returns expired leases in batches of
-    ``RESCUE_BATCH`` and wakes the fetcher for them."""
+    ``RESCUE_BATCH`` and wakes the fetcher for them; then prunes the worker registry of workers
+    gone for long (``roster``, at most every ``PRUNE_INTERVAL``)."""
 
     name = "rescuer"
     what = "rescuing expired jobs"
 
-    def __init__(self, db: Database, *, interval: float, fetcher: Fetcher, stopping: Event) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        interval: float,
+        fetcher: Fetcher,
+        stopping: Event,
+        roster: Roster | None = None,
+    ) -> None:
         super().__init__(db, interval=interval, stopping=stopping, log=log)
         self._fetcher = fetcher
+        self._roster = roster
 
     def tick(self) -> None:
         self.rescue()
+        if self._roster is not None:
+            self._roster.prune()
 
     def rescue(self) -> int:
         """Return every expired lease now; how many jobs came back."""

@@ -1,7 +1,7 @@
 """The queue's maintenance units: the rescuer returns jobs whose lease expired (their worker
-died), the purger deletes old finished jobs, the kind watch warns about jobs no worker
-registers. Any worker runs them; FOR UPDATE SKIP LOCKED lets several run at once without
-waiting."""
+died) and prunes the worker registry of workers gone a while (``roster_async``), the purger
+deletes old finished jobs, the kind watch warns about jobs no worker registers. Any worker runs
+them; FOR UPDATE SKIP LOCKED lets several run at once without waiting."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .._periodic_async import AsyncPeriodic
 from .admin_async import AsyncJobAdmin
 from .fetcher_async import AsyncFetcher
 from .registry import JobRegistry
+from .roster_async import AsyncRoster
 
 log = logging.getLogger("postroom.worker")
 
@@ -24,19 +25,29 @@ CHECK_INTERVAL = 60.0
 
 class AsyncRescuer(AsyncPeriodic):
     """Every ``interval`` seconds (jittered) returns expired leases in batches of
-    ``RESCUE_BATCH`` and wakes the fetcher for them."""
+    ``RESCUE_BATCH`` and wakes the fetcher for them; then prunes the worker registry of workers
+    gone for long (``roster``, at most every ``PRUNE_INTERVAL``)."""
 
     name = "rescuer"
     what = "rescuing expired jobs"
 
     def __init__(
-        self, db: AsyncDatabase, *, interval: float, fetcher: AsyncFetcher, stopping: AEvent
+        self,
+        db: AsyncDatabase,
+        *,
+        interval: float,
+        fetcher: AsyncFetcher,
+        stopping: AEvent,
+        roster: AsyncRoster | None = None,
     ) -> None:
         super().__init__(db, interval=interval, stopping=stopping, log=log)
         self._fetcher = fetcher
+        self._roster = roster
 
     async def tick(self) -> None:
         await self.rescue()
+        if self._roster is not None:
+            await self._roster.prune()
 
     async def rescue(self) -> int:
         """Return every expired lease now; how many jobs came back."""

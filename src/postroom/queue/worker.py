@@ -22,6 +22,8 @@ owner of its state, all on the worker's own small pool:
   ``AsyncPeriodic`` (``_periodic_async``: one interval, jitter and error policy); the worker
   starts no log maintenance (group members run the log's retention).
 - the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
+- the roster (``roster_async``) keeps the worker's row in the worker registry: registered at
+  start, kept alive by the heartbeat, pruned by the rescuers once gone, removed at a clean stop.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from .outcomes import Claimed, HeldJobs, Outcome
 from .records import check_queues
 from .registry import JobRegistry
 from .rescuer import KindWatch, Purger, Rescuer
+from .roster import Roster
 from .runner import Runner
 from .scheduler import Scheduler
 from .vacuum import Vacuum
@@ -236,6 +239,14 @@ class Worker:
             fetcher=fetcher,
             limited=self._limited,
         )
+        roster = Roster(
+            db,
+            worker=self.name,
+            queues=self.queues,
+            concurrency=self.concurrency,
+            ttl=self._lease,
+            interval=self._heartbeat,
+        )
         heartbeat = self._heartbeat_unit = Heartbeat(
             db,
             worker=self.name,
@@ -244,11 +255,12 @@ class Worker:
             cancel_grace=self._cancel_grace,
             held=self._held,
             stopping=self._stopping,
+            roster=roster,
         )
         units: list[tuple[str, Any]] = [
             ("completer", completer),
             ("heartbeat", heartbeat),
-            *self._maintenance(db, admin, fetcher),
+            *self._maintenance(db, admin, fetcher, roster),
         ]
         scheduler = None
         if self._registry.schedules:
@@ -267,6 +279,7 @@ class Worker:
         try:
             self._register_limits(admin)
             self._warn_unused_queues(db)
+            roster.join()
             if scheduler is not None:
                 scheduler.register()
             background = [
@@ -289,6 +302,7 @@ class Worker:
             completer.close()
             for task in background:
                 gather(task, 10)
+            roster.leave()
             if restore is not None:
                 restore()
             self._threads.close()
@@ -299,12 +313,13 @@ class Worker:
             raise self._runner.exit
 
     def _maintenance(
-        self, db: Database, admin: JobAdmin, fetcher: Fetcher
+        self, db: Database, admin: JobAdmin, fetcher: Fetcher, roster: Roster
     ) -> list[tuple[str, Periodic]]:
         """The worker's periodic maintenance units, each on the worker's pool (``db``)."""
         stopping = self._stopping
+        interval = self._rescue_interval
         units: list[Periodic] = [
-            Rescuer(db, interval=self._rescue_interval, fetcher=fetcher, stopping=stopping)
+            Rescuer(db, interval=interval, fetcher=fetcher, stopping=stopping, roster=roster)
         ]
         if self._keep_finished > 0:  # 0: finished jobs are deleted at completion
             units.append(Purger(db, admin, keep_finished=self._keep_finished, stopping=stopping))

@@ -20,6 +20,8 @@ owner of its state, all on the worker's own small pool:
   ``AsyncPeriodic`` (``_periodic_async``: one interval, jitter and error policy); the worker
   starts no log maintenance (group members run the log's retention).
 - the scheduler (``scheduler_async``) enqueues the ticks of registered periodic jobs.
+- the roster (``roster_async``) keeps the worker's row in the worker registry: registered at
+  start, kept alive by the heartbeat, pruned by the rescuers once gone, removed at a clean stop.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from .outcomes import Claimed, HeldJobs, Outcome
 from .records import check_queues
 from .registry import JobRegistry
 from .rescuer_async import AsyncKindWatch, AsyncPurger, AsyncRescuer
+from .roster_async import AsyncRoster
 from .runner_async import AsyncRunner
 from .scheduler_async import AsyncScheduler
 from .vacuum_async import AsyncVacuum
@@ -234,6 +237,14 @@ class AsyncWorker:
             fetcher=fetcher,
             limited=self._limited,
         )
+        roster = AsyncRoster(
+            db,
+            worker=self.name,
+            queues=self.queues,
+            concurrency=self.concurrency,
+            ttl=self._lease,
+            interval=self._heartbeat,
+        )
         heartbeat = self._heartbeat_unit = AsyncHeartbeat(
             db,
             worker=self.name,
@@ -242,11 +253,12 @@ class AsyncWorker:
             cancel_grace=self._cancel_grace,
             held=self._held,
             stopping=self._stopping,
+            roster=roster,
         )
         units: list[tuple[str, Any]] = [
             ("completer", completer),
             ("heartbeat", heartbeat),
-            *self._maintenance(db, admin, fetcher),
+            *self._maintenance(db, admin, fetcher, roster),
         ]
         scheduler = None
         if self._registry.schedules:
@@ -265,6 +277,7 @@ class AsyncWorker:
         try:
             await self._register_limits(admin)
             await self._warn_unused_queues(db)
+            await roster.join()
             if scheduler is not None:
                 await scheduler.register()
             background = [
@@ -287,6 +300,7 @@ class AsyncWorker:
             await completer.close()
             for task in background:
                 await agather(task, 10)
+            await roster.leave()
             if restore is not None:
                 restore()
             self._threads.close()
@@ -297,12 +311,13 @@ class AsyncWorker:
             raise self._runner.exit
 
     def _maintenance(
-        self, db: AsyncDatabase, admin: AsyncJobAdmin, fetcher: AsyncFetcher
+        self, db: AsyncDatabase, admin: AsyncJobAdmin, fetcher: AsyncFetcher, roster: AsyncRoster
     ) -> list[tuple[str, AsyncPeriodic]]:
         """The worker's periodic maintenance units, each on the worker's pool (``db``)."""
         stopping = self._stopping
+        interval = self._rescue_interval
         units: list[AsyncPeriodic] = [
-            AsyncRescuer(db, interval=self._rescue_interval, fetcher=fetcher, stopping=stopping)
+            AsyncRescuer(db, interval=interval, fetcher=fetcher, stopping=stopping, roster=roster)
         ]
         if self._keep_finished > 0:  # 0: finished jobs are deleted at completion
             units.append(

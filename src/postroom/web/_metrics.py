@@ -38,6 +38,7 @@ SERIES = (
     "postroom_jobs",
     "postroom_jobs_oldest_ready_seconds",
     "postroom_queue_paused",
+    "postroom_workers",
     "postroom_jobs_finished_total",
     "postroom_jobs_failed_total",
     "postroom_jobs_retried_total",
@@ -156,6 +157,15 @@ async def _queue_families(d: Dashboard) -> list[Metric]:
     paused = GaugeMetricFamily("postroom_queue_paused", "1 if a queue is paused", labels=["queue"])
     for queue, _at in await d.store.rows("web_paused"):
         paused.add_metric([queue], 1)
+    workers = GaugeMetricFamily(
+        "postroom_workers",
+        "Workers alive per queue they serve (the worker registry); 0 for a queue with jobs and "
+        "no worker",
+        labels=["queue"],
+    )
+    alive = {str(q): int(n) for q, n in await d.store.rows("web_workers_per_queue")}
+    for queue in sorted(alive.keys() | {q for q, _state, _n in counts}):
+        workers.add_metric([queue], alive.get(queue, 0))
     totals = d.sampler.totals
     finished = CounterMetricFamily(
         "postroom_jobs_finished",
@@ -190,7 +200,7 @@ async def _queue_families(d: Dashboard) -> list[Metric]:
             cumulative += n
             buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
         run.add_metric([queue], buckets, totals.run_sum[queue])
-    return [jobs, oldest, paused, finished, failed, retried, run]
+    return [jobs, oldest, paused, workers, finished, failed, retried, run]
 
 
 async def render(d: Dashboard) -> bytes:

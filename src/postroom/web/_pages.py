@@ -57,7 +57,7 @@ async def overview(d: Dashboard, request: Request, access: Access) -> Response:
         estimated=estimated,
         relays=relays,
         members_alive=sum(1 for m in members if m[4]),
-        workers=workers,
+        workers_alive=sum(1 for w in workers if w[8] != "gone"),
         health=health,
         dead_letter_topics=[t for t in topics if t.name.endswith(DLQ_SUFFIX)],
     )
