@@ -37,6 +37,15 @@ SELECT 10000000 + g, 'q' || (g %% 4), 'kind' || (g %% 10), jsonb_build_object('n
        now() - interval '2 hours' + g * interval '1 millisecond'
 FROM generate_series(1, %(n)s) AS g
 """
+# The worker registry (migration 0038) of a fleet: 50 workers, the last 10 gone (crashed).
+FILL_WORKERS = """
+INSERT INTO {schema}.workers (worker, role_name, host, pid, queues, concurrency, started_at,
+    heartbeat_at, expires_at)
+SELECT 'bench-' || g, current_user, 'host-' || (g %% 5), 1000 + g, ARRAY['q' || (g %% 4)], 10,
+       now() - interval '1 hour', now(),
+       now() + CASE WHEN g > 40 THEN interval '-1 minute' ELSE interval '1 hour' END
+FROM generate_series(1, 50) AS g
+"""
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,7 @@ def fill(client: postroom.Client, conninfo: str, settings: Settings) -> dict[str
             sql.SQL(FILL_FINISHED).format(schema=sql.Identifier(SCHEMA)),
             {"n": settings.finished_jobs},
         )
+        conn.execute(sql.SQL(FILL_WORKERS).format(schema=sql.Identifier(SCHEMA)), {})
     finished_s = time.perf_counter() - started
     client.enqueue_batch(
         {"kind": "explode", "args": {"n": i}, "max_attempts": 1}
