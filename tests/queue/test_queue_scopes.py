@@ -143,6 +143,34 @@ def limits(scope: str) -> Callable[[Conn, Seeds, str], bool]:
     return probe
 
 
+def registers(conn: Conn, queue: str) -> bool:
+    """Register a worker of ``queue``, beat and unregister it: True if each worked."""
+    name = f"w-{queue}-{uuid.uuid4().hex[:8]}"
+    return bool(
+        one(
+            conn,
+            "SELECT postroom.register_worker(%s, 'h', 1, ARRAY[%s], 1, '1 minute')",
+            [name, queue],
+        )
+        and one(conn, "SELECT postroom.worker_heartbeat(%s, '1 minute')", [name])
+        and one(conn, "SELECT postroom.unregister_worker(%s)", [name])
+    )
+
+
+def prunes(conn: Conn, s: Seeds, queue: str) -> bool:
+    """Prune a worker of ``queue`` that the owner registered and that is gone for a day."""
+    name = f"gone-{queue}-{uuid.uuid4().hex[:8]}"
+    one(
+        s.owner,
+        "INSERT INTO postroom.workers (worker, role_name, host, pid, queues, concurrency,"
+        " expires_at) VALUES (%s, 'owner', 'h', 1, ARRAY[%s], 1, now() - interval '1 day')"
+        " RETURNING 1",
+        [name, queue],
+    )
+    ran(conn, "SELECT postroom.prune_workers('10 minutes')")
+    return one(s.owner, "SELECT count(*) FROM postroom.workers WHERE worker = %s", [name]) == 0
+
+
 PROBES: dict[str, Callable[[Conn, Seeds, str], bool]] = {
     "enqueue_job": lambda c, s, q: (
         one(c, "SELECT postroom.enqueue('k', '{}'::jsonb, %s)", [q]) is not None
@@ -205,6 +233,9 @@ PROBES: dict[str, Callable[[Conn, Seeds, str], bool]] = {
         ran(c, "SELECT postroom.retry_failed_jobs(NULL, NULL, %s)", [q])
         and ran(c, "SELECT postroom.cancel_job(%s)", [s.ready[q]])
     ),
+    "register_worker": lambda c, s, q: registers(c, q),
+    "prune_workers": lambda c, s, q: prunes(c, s, q),
+    "workers": lambda c, s, q: ran(c, "SELECT count(*) FROM postroom.workers"),
     "jobs": lambda c, s, q: all(
         c.execute(f"SELECT count(*) FROM postroom.{table} WHERE queue = %s".encode(), [q])
         for table in ("all_jobs", "jobs", "finished_jobs")

@@ -158,3 +158,24 @@ def test_no_role_writes_another_roles_row(client: postroom.Client, dsn: str) -> 
                     conn.execute(statement)
         row = registered(dsn, "theirs")
         assert row is not None and row[:4] == ("h", 1, ["q"], 1)
+
+
+def test_a_schema_without_the_registry_still_runs_jobs(
+    any_client: postroom.Client, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a schema not migrated to 0038 the worker runs and says why it is not registered
+    (at its first beat: with no schema at all the fetcher's one line comes alone)."""
+    caplog.set_level(logging.WARNING, logger="postroom.worker")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP FUNCTION postroom.register_worker")
+        conn.execute("DELETE FROM postroom.schema_migrations WHERE version = 38")
+
+    @any_client.job("reg-old", queue="reg")
+    def old() -> int:
+        return 8
+
+    job = any_client.enqueue("reg-old", queue="reg")
+    with running(any_client.worker(["reg"], lease=2.0, heartbeat=0.1)):
+        assert any_client.job_handle(job.id).result(timeout=10) == 8
+        wait_for(lambda: "worker registry is not available" in caplog.text, what="the warning")
+    assert "register_worker" in caplog.text

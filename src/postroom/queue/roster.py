@@ -61,6 +61,7 @@ class Roster:
         self._interval = interval
         self._joined = False
         self._refused = False  # registering cannot work: no more attempts
+        self._missing: SchemaNotReady | None = None  # told at the first beat (see join)
         self._prune_refused = False
         self._warned = False
         self._last_beat = float("-inf")
@@ -77,6 +78,11 @@ class Roster:
             return
         try:
             self._register()
+        except SchemaNotReady as exc:
+            # An old schema (no 0038), or none at all: then the fetcher stops the worker with
+            # its one line to run `postroom init`, and no warning here should come first.
+            self._missing = exc
+            self._refused = True
         except _REFUSED as exc:
             self._refuse(exc)
         except psycopg.Error as exc:
@@ -86,6 +92,9 @@ class Roster:
         """The registry heartbeat: at most twice per ``interval`` (the heartbeat unit also
         ticks on cancellations); registers again if the row is gone (pruned while the worker
         was stopped). A passing database error is raised for the heartbeat to retry."""
+        if self._missing is not None:
+            self._warn(self._missing)  # the worker runs: the schema is only older than 0038
+            self._missing = None
         now = time.monotonic()
         if self._refused or now - self._last_beat < self._interval / 2:
             return
