@@ -168,7 +168,9 @@ def prunes(conn: Conn, s: Seeds, queue: str) -> bool:
         [name, queue],
     )
     ran(conn, "SELECT postroom.prune_workers('10 minutes')")
-    return one(s.owner, "SELECT count(*) FROM postroom.workers WHERE worker = %s", [name]) == 0
+    return bool(
+        one(s.owner, "SELECT count(*) FROM postroom.workers WHERE worker = %s", [name]) == 0
+    )
 
 
 PROBES: dict[str, Callable[[Conn, Seeds, str], bool]] = {
