@@ -91,8 +91,8 @@ def fill(client: postroom.Client, conninfo: str, settings: Settings) -> dict[str
     client.dead_letter(message, group="bench-group", error="bench: refused")
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("ANALYZE {}.messages, {}.finished_jobs, {}.jobs").format(
-                sql.Identifier(SCHEMA), sql.Identifier(SCHEMA), sql.Identifier(SCHEMA)
+            sql.SQL("ANALYZE {}.messages, {}.finished_jobs, {}.jobs, {}.workers").format(
+                *(sql.Identifier(SCHEMA),) * 4
             )
         )
     return {"messages_s": round(messages_s, 1), "finished_jobs_s": round(finished_s, 1)}
