@@ -86,7 +86,14 @@ def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
         "burn_down_async_vs_minimal",
         "burn_down_tuned_vs_minimal",
         "p99_ms",
+        "two_workers_vs_one",
     }
+    scale = result["scale"]
+    assert [r["workers"] for r in scale["runs"]] == [1, 2]
+    for r in scale["runs"]:  # each drained the whole backlog: the queue table was empty
+        assert r["jobs"] == 600 and r["rate"] > 0 and r["worker_cpu_seconds"] > 0, r
+        assert r["server_cpu_seconds"] is None or r["server_cpu_seconds"] > 0, r
+    assert scale["ratio"] == round(scale["runs"][1]["rate"] / scale["runs"][0]["rate"], 2)
     peers = result["peers"]
     assert set(peers) == {"pgmq", "pgqueuer"}
     ran = [name for name, peer in peers.items() if "skipped" not in peer]
@@ -101,7 +108,13 @@ def test_quick_queue_benchmark_reports_every_figure(dsn: str) -> None:
         targets |= {"enqueue_vs_best_peer", "p99_vs_best_peer"}
     assert set(result["targets"]) == targets
     report = queue_bench.format_report(result)
-    lines = ("minimal reference: 2-column table", "async def jobs, worker defaults", "memory:")
+    lines = (
+        "minimal reference: 2-column table",
+        "async def jobs, worker defaults",
+        "memory:",
+        "2 worker(s): 600 jobs",
+        "two workers / one",
+    )
     for line in (*lines, "peers, same run", "pgmq", "pgqueuer"):
         assert line in report, line
 

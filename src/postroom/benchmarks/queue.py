@@ -10,7 +10,9 @@ One run measures, in order (the phases live in ``queue_phases``, ``queue_referen
 2. **burn-downs** of N jobs by one worker in this process, timed from ``run()`` (start-up
    included): ``def`` and ``async def`` jobs with the worker's defaults, and a tuned worker;
 3. the **references**: the minimal claim + delete loop on a two-column table (one
-   connection), and the same loop on postroom's ``jobs`` table;
+   connection), and the same loop on postroom's ``jobs`` table; then the **scale** phase
+   (``queue_scale``): one worker process against two on the same backlog, with where the CPU
+   went (``--no-scale`` skips it);
 4. **sustained**: a worker in another process while this one enqueues one job per
    transaction at ``--rate`` jobs/s; latency = the job's start time in the worker minus the
    time just before its ``enqueue()`` call (so the enqueue's own commit is included);
@@ -50,6 +52,7 @@ from .queue_phases import (
     vacuum,
 )
 from .queue_references import measure_minimal_reference, measure_reference
+from .queue_scale import TARGET_TWO_WORKERS, format_scale, measure_scale
 from .queue_soak import measure_churn, measure_memory, serve_hold
 
 __all__ = ["Settings", "best_peer", "format_report", "main", "run"]
@@ -110,6 +113,9 @@ def run(url: str | None, settings: Settings) -> dict[str, Any]:
     refill(resolved, settings)
     result["reference"] = measure_reference(resolved, settings)
     vacuum(resolved)
+    if settings.scale:
+        result["scale"] = measure_scale(resolved, settings)
+        vacuum(resolved)
     result["sustained"] = measure_sustained(resolved, settings)
     if settings.peers:
         result["peers"] = measure_peers(resolved, settings.jobs, settings.rate, settings.seconds)
@@ -184,6 +190,8 @@ def _targets(result: dict[str, Any], settings: Settings) -> dict[str, Any]:
             round(result["sustained"]["p99_ms"] / max(p99[1], 0.01), 2),
             TARGET_P99_VS_PEER,
         )
+    if "scale" in result:
+        targets["two_workers_vs_one"] = (result["scale"]["ratio"], TARGET_TWO_WORKERS)
     if "pinned_horizon" in result:
         pinned = result["pinned_horizon"]
         targets["pinned_throughput_ratio"] = (pinned["throughput_ratio"], TARGET_PINNED_THROUGHPUT)
@@ -267,6 +275,8 @@ def format_report(result: dict[str, Any]) -> str:
             + " ".join(f"{r / 1024:.0f}" for r in rss)
             + f"; growth {'bounded' if c['bounded'] else 'UNBOUNDED'}",
         ]
+    if "scale" in result:
+        lines += format_scale(result["scale"])
     lines += _peer_lines(result)
     if "pinned_horizon" in result:
         lines += format_pinned(result["pinned_horizon"])
@@ -341,13 +351,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-peers", action="store_true", help="skip the pgmq and PgQueuer comparisons"
     )
+    parser.add_argument(
+        "--no-scale", action="store_true", help="skip the one-against-two worker processes phase"
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--serve-hold", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-go", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--keep-finished", type=float, default=86400.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        return serve(resolve_url(args.url), args.keep_finished)
+        return serve(resolve_url(args.url), args.keep_finished, wait_go=args.serve_go)
     if args.serve_hold:
         return serve_hold(resolve_url(args.url), args.serve_hold)
     settings = Settings(
@@ -358,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         churn_seconds=args.churn_seconds,
         hold_jobs=2_000 if args.quick else args.hold_jobs,
         peers=not args.no_peers,
+        scale=not args.no_scale,
         pinned_seconds=args.pinned_seconds,
         pinned_rate=args.pinned_rate,
     )

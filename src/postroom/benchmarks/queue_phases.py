@@ -38,6 +38,7 @@ class Settings:
     churn_batch: int = 200
     hold_jobs: int = 100_000
     peers: bool = True  # pgmq and PgQueuer in the same run, where installed
+    scale: bool = True  # one worker process against two (queue_scale)
     pinned_seconds: float = 0.0  # the pinned-horizon phase: each half this long (0: skip)
     pinned_rate: float = 1_000.0
 
@@ -254,12 +255,15 @@ def stop_worker_process(proc: subprocess.Popen[str]) -> None:
     proc.communicate(timeout=60)
 
 
-def serve(url: str, keep_finished: float) -> int:
-    """The worker process of the sustained and churn phases: runs until SIGTERM."""
+def serve(url: str, keep_finished: float, *, wait_go: bool = False) -> int:
+    """The worker process of the sustained, churn and scale phases: runs until SIGTERM;
+    with ``wait_go`` it starts the worker once a line arrives on stdin."""
     with connect(url) as client:
         register(client)
         worker = client.worker(keep_finished=keep_finished)  # the defaults a user gets
         print("ready", flush=True)
+        if wait_go:
+            sys.stdin.readline()
         worker.run()
     return 0
 
