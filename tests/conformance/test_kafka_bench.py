@@ -14,9 +14,11 @@ def test_the_kafka_log_benchmark_runs(
     kafka_broker: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["--url", f"kafka://{kafka_broker}", "--messages", "300", "--rounds", "2", "--json"]
+    args += ["--read", "all"]  # both consume loops read all seven fields (default: key, value)
     assert log_bench.main(args) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["messages"] == 300
+    assert figures["read"] == "all"
     for name in ("raw_produce_per_s", "producer_per_s", "raw_consume_per_s", "consumer_per_s"):
         assert figures[name] > 0, name
     assert len(figures["rounds"]) == 2  # alternating: postroom's side first in the second

@@ -105,21 +105,24 @@ def _record(partition: int, offset: int, millis: int, **fields: Any) -> Any:
 
 def test_records_become_ordinary_messages() -> None:
     """The inline builder (to_messages) gives the Message a helper per record gave: frozen,
-    equal field by field, a timestamp per record's millisecond, str/bytes headers."""
+    equal field by field, a timestamp per record's millisecond, str/bytes headers; with each
+    partition's last offset and the bytes of the keys and values."""
     records = [
         _record(0, 7, 1_796_206_306_425, key=b"k", headers=[("s", b"text"), ("b", b"\xff")]),
         _record(0, 8, 1_796_206_306_425, value=None),
         _record(1, 3, 1_796_206_306_426),
         _record(1, 4, 0, timestamp=(confluent_kafka.TIMESTAMP_NOT_AVAILABLE, -1)),
     ]
-    messages, error = to_messages(records, {("t", 0), ("t", 1)})
+    messages, error, ends, size = to_messages(records, {("t", 0), ("t", 1)})
     assert error is None
+    assert ends == {("t", 0): 8, ("t", 1): 4}
+    assert size == len(b"k") + 3 * len(b"v")
     first = datetime.fromtimestamp(1_796_206_306.425, UTC)
     assert messages[0] == Message("t", 0, 7, b"k", b"v", {"s": "text", "b": b"\xff"}, first)
     assert messages[1] == Message("t", 0, 8, None, b"", {}, first)
     assert messages[2].timestamp == datetime.fromtimestamp(1_796_206_306.426, UTC)
     assert messages[3].timestamp == EPOCH
-    assert type(messages[0]) is Message
+    assert all(isinstance(m, Message) for m in messages)
     with pytest.raises(FrozenInstanceError):
         messages[0].offset = 1  # type: ignore[misc]
     messages[1].headers["x"] = "y"  # each message has its own headers dict
@@ -137,6 +140,7 @@ def test_records_of_partitions_not_held_are_dropped_and_an_error_stops() -> None
         _record(0, 3, 5, error=KafkaError(KafkaError._TRANSPORT)),
         _record(0, 3, 5),
     ]
-    messages, error = to_messages(records, {("t", 0), ("t", 1)})
+    messages, error, ends, _ = to_messages(records, {("t", 0), ("t", 1)})
     assert [(m.partition, m.offset) for m in messages] == [(0, 1), (0, 2)]
     assert error.code() == KafkaError._TRANSPORT
+    assert ends == {("t", 0): 2}

@@ -41,7 +41,7 @@ from ..records import (
 from .admin import KafkaAdmin
 from .bridge import Hooks
 from .failures import kafka_module, translate
-from .messages import message_bytes, to_messages, to_partitions
+from .messages import Fetched, message_bytes, to_messages, to_partitions
 
 JOIN_WAIT = 60.0
 """Seconds ``assignment()`` waits for the first rebalance of a new member."""
@@ -115,6 +115,7 @@ class KafkaConsumer:
         self._lost: set[TopicPartition] = set()  # moved away with uncommitted positions
         self._ever_held: set[TopicPartition] = set()
         self._buffer: list[Message] = []
+        self._fetched: Fetched | None = None  # the fetch the buffer holds, while it is all of it
         self._started = False
         self._closed = False
 
@@ -215,17 +216,26 @@ class KafkaConsumer:
         """Move what librdkafka has (waiting up to ``timeout`` for the first) to the buffer."""
         records = self._call(self._take, timeout, limit)  # one thread hop a batch
         # After the hop: the rebalance callbacks librdkafka ran meanwhile have updated
-        # _assigned (keyed by TopicPartition, a tuple: (topic, p) finds it). Each message is
-        # a GC-tracked object (raw records are not): with the collector running, building a
-        # batch ran a young collection every 700 and cost twice as much (docs/kafka.md).
+        # _assigned (keyed by TopicPartition, a tuple: (topic, p) finds it). The collector
+        # counts each GC object made (records and messages alike) and runs a young collection
+        # past 700: building a batch with it running cost twice as much, and with it paused a
+        # batch of 500 messages, their records and their headers dicts still ran one per poll
+        # at its end (docs/kafka.md). So the records are freed inside the pause and a
+        # message's headers dict waits until it is read: a batch of 500 leaves the count
+        # under the threshold, and a poll runs no collection.
         with gc_paused(self._pause_gc):
-            messages, error = to_messages(records, self._assigned)
+            fetched = to_messages(records, self._assigned)
+            del records
         if self._buffer:
-            self._buffer += messages
+            self._buffer += fetched.messages
+            self._fetched = None
         else:
-            self._buffer = messages
-        if error is not None:
-            raise translate(self._kafka.KafkaException(error), "consuming", self._admin.where)
+            self._buffer = fetched.messages
+            self._fetched = fetched  # poll() takes its ends and size while it is the buffer
+        if fetched.error is not None:
+            raise translate(
+                self._kafka.KafkaException(fetched.error), "consuming", self._admin.where
+            )
 
     def _take(self, timeout: float, limit: int) -> list[Any]:
         # Blocking, in a worker thread (the sync twin: the caller's): up to ``limit`` records,
@@ -253,21 +263,28 @@ class KafkaConsumer:
         self._start()
         if not self._buffer:
             self._fetch(float(timeout), max_messages)
-        buffer = self._buffer
-        taken = buffer if len(buffer) <= max_messages else buffer[:max_messages]
-        if message_bytes(taken) > max_bytes:  # rare: count up to the budget (one always comes)
-            count, size = 0, 0
-            for message in taken:
-                size += len(message.value) + len(message.key or b"")
-                if count and size > max_bytes:
-                    break
-                count += 1
-            taken = taken[:count]
+        buffer, fetched, self._fetched = self._buffer, self._fetched, None
+        if (
+            fetched is not None
+            and fetched.messages is buffer
+            and len(buffer) <= max_messages
+            and fetched.size <= max_bytes
+        ):  # the common case: all of one fetch, whose ends and size to_messages counted
+            taken, ends = buffer, fetched.ends
+        else:
+            taken = buffer if len(buffer) <= max_messages else buffer[:max_messages]
+            if message_bytes(taken) > max_bytes:  # count up to the budget (one always comes)
+                count, size = 0, 0
+                for message in taken:
+                    size += len(message.value) + len(message.key or b"")
+                    if count and size > max_bytes:
+                        break
+                    count += 1
+                taken = taken[:count]
+            # A partition's messages are in offset order: its last one in the batch gives
+            # its end.
+            ends = dict(zip(map(_TOPIC_PARTITION, taken), map(_OFFSET, taken), strict=True))
         self._buffer = [] if taken is buffer else buffer[len(taken) :]
-        # A partition's messages are in offset order: its last one in the batch gives its end.
-        ends: dict[tuple[str, int], int] = dict(
-            zip(map(_TOPIC_PARTITION, taken), map(_OFFSET, taken), strict=True)
-        )
         for (topic, partition), last in ends.items():
             tp = TopicPartition(topic, partition)
             self._positions[tp] = last + 1
