@@ -290,6 +290,7 @@ def test_the_live_view_updates_when_a_message_is_published(
     # A notification's event comes too, not only the refresh on connecting (which may have
     # brought the row already, if the publish beat that refresh: so wait for it, not assert).
     page.wait_for_function("Number(document.body.dataset.refreshes || 0) >= 1", timeout=10_000)
+    assert page.inner_text("#live-state") == "live"  # the events say the server listens
     page.goto(server.url + "/")
     page.wait_for_function("document.body.dataset.connected === '1'", timeout=10_000)
     failed_before = page.inner_text("#n-failed")

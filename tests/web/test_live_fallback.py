@@ -37,3 +37,5 @@ def test_without_listen_the_sampler_ticks_refresh_the_page(
         "document.querySelector('#messages').innerText.includes('polled-key')", timeout=10_000
     )
     assert int(page.evaluate("document.body.dataset.refreshes || '0'")) >= 1
+    # The stream is open, but the label says what it carries: the sampler's ticks, not LISTEN.
+    assert page.inner_text("#live-state") == "polling"

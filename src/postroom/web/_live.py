@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import defaultdict, deque
@@ -290,7 +291,9 @@ class Live:
         """A server-sent-event stream: ``refresh`` after changes (debounced), comments as
         heartbeats."""
         seen = self.sampler.version
-        yield f"event: hello\ndata: {datetime.now(UTC).isoformat()}\n\n"
+        # The data says whether the server listens: the page's label shows "live" only then
+        # (with LISTEN failing, the stream still carries the sampler's ticks: "polling").
+        yield f"event: hello\ndata: {self._state()}\n\n"
         while True:
             if self.sampler.version == seen:
                 with contextlib.suppress(TimeoutError):
@@ -300,4 +303,14 @@ class Live:
                 continue
             await asyncio.sleep(self.debounce)  # let a burst of wake-ups become one refresh
             seen = self.sampler.version
-            yield f"event: refresh\ndata: {seen}\n\n"
+            yield f"event: refresh\ndata: {self._state()}\n\n"
+
+    def _state(self) -> str:
+        """An event's data: the time, the sampler's version and whether LISTEN holds."""
+        return json.dumps(
+            {
+                "at": datetime.now(UTC).isoformat(),
+                "version": self.sampler.version,
+                "listening": self.listening,
+            }
+        )

@@ -70,14 +70,22 @@
   var refreshes = 0;
   function connect() {
     var source = new EventSource(base + "/events");
-    source.addEventListener("hello", function () {
-      if (stateLabel) { stateLabel.textContent = "live"; }
+    // Each event says whether the server listens (LISTEN/NOTIFY): "live" only then; else the
+    // stream carries the sampler's ticks and the label says "polling".
+    function showState(event) {
+      var listening = false;
+      try { listening = JSON.parse(event.data).listening === true; } catch (e) { listening = false; }
+      if (stateLabel) { stateLabel.textContent = listening ? "live" : "polling"; }
+    }
+    source.addEventListener("hello", function (event) {
+      showState(event);
       // A change between the page's render and this (re)connection sent no event to us:
       // refresh once so it is not missed until the next poll.
       document.body.dataset.connected = String(Number(document.body.dataset.connected || 0) + 1);
       htmx.trigger(document.body, "live");
     });
-    source.addEventListener("refresh", function () {
+    source.addEventListener("refresh", function (event) {
+      showState(event);
       refreshes += 1;
       document.body.dataset.refreshes = String(refreshes);
       htmx.trigger(document.body, "live");
