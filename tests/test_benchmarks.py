@@ -207,21 +207,25 @@ def test_quick_churn_benchmark_reports_every_figure(dsn: str) -> None:
     assert "producer + consumer process RSS" in report
 
 
-def test_the_pinned_horizon_phase_runs_both_halves_and_records_dead_tuples(dsn: str) -> None:
+def test_the_pinned_horizon_phase_runs_its_three_parts_and_records_dead_tuples(dsn: str) -> None:
     from postroom.benchmarks import queue_horizon, queue_phases
 
     queue_phases.reset_schema(dsn)
     result = queue_horizon.measure_pinned_horizon(dsn, seconds=1.0, job_rate=200.0)
 
-    for half in ("clean", "pinned"):
+    for half in ("clean", "pinned", "readers"):
         figures = result[half]
         assert figures["done"] == figures["enqueued"] == 200, half
         assert 0 < figures["p50_ms"] <= figures["p99_ms"], half
         assert set(figures["max_dead"]) == {"jobs", "finished_jobs"}, half
     assert result["pinned_xid"] is not None
     assert result["dead_tuples_from"]  # pgstattuple, or why not
+    readers = result["readers"]
+    assert readers["readers"] == queue_horizon.READERS and readers["scans"] >= readers["readers"]
+    assert result["readers_throughput_ratio"] > 0 and result["readers_p99_ratio"] > 0
     lines = queue_horizon.format_pinned(result)
     assert any("pinned / clean: throughput" in line for line in lines)
+    assert any("REPEATABLE READ sessions" in line for line in lines)
 
 
 def test_the_scale_phase_reads_the_servers_and_the_boxs_cpu() -> None:

@@ -196,6 +196,11 @@ def _targets(result: dict[str, Any], settings: Settings) -> dict[str, Any]:
         pinned = result["pinned_horizon"]
         targets["pinned_throughput_ratio"] = (pinned["throughput_ratio"], TARGET_PINNED_THROUGHPUT)
         targets["pinned_p99_ratio"] = (pinned["p99_ratio"], TARGET_PINNED_P99)
+        targets["readers_throughput_ratio"] = (
+            pinned["readers_throughput_ratio"],
+            TARGET_PINNED_THROUGHPUT,
+        )
+        targets["readers_p99_ratio"] = (pinned["readers_p99_ratio"], TARGET_PINNED_P99)
     return targets
 
 
@@ -343,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         "--pinned-seconds",
         type=float,
         default=0.0,
-        help="also run the pinned-horizon phase: each half (clean, pinned) this long",
+        help="also run the pinned-horizon phase: each part (clean, pinned, readers) this long",
     )
     parser.add_argument(
         "--pinned-rate", type=float, default=1_000.0, help="pinned-horizon phase jobs/s"

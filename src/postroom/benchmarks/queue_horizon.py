@@ -1,6 +1,9 @@
 """The queue benchmark's pinned-horizon phase (``--pinned-seconds``): a steady job rate with
 the vacuum horizon free, then the same rate while one session holds a transaction with an XID
-open (``idle in transaction``), so no dead row of the queue tables can be vacuumed away.
+open (``idle in transaction``), so no dead row of the queue tables can be vacuumed away, then
+the same rate while ``READERS`` sessions in REPEATABLE READ transactions scan the queue tables
+over and over (each snapshot, held for the whole half, holds the horizon too, and each scan
+walks every dead row behind it).
 
 Each half runs ``pinned_seconds`` at ``pinned_rate`` jobs/s: batches of ``PINNED_BATCH``
 ``stamp`` jobs enqueued on a schedule while a default worker in another process runs them.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -23,6 +27,7 @@ from ._common import percentile, rate
 from .queue_phases import SCHEMA, connect, register, start_worker_process, stop_worker_process
 
 PINNED_BATCH = 50
+READERS = 4
 SAMPLE_SECONDS = 10.0
 HOT_TABLES = ("jobs", "finished_jobs")
 
@@ -56,8 +61,15 @@ def _dead_tuples(conn: psycopg.Connection[Any], exact: bool) -> dict[str, dict[s
     return figures
 
 
-def _steady(url: str, job_rate: float, seconds: float, exact: bool) -> dict[str, Any]:
-    """One half: ``job_rate`` jobs/s for ``seconds`` against a worker process."""
+def _steady(
+    url: str,
+    job_rate: float,
+    seconds: float,
+    exact: bool,
+    on_empty: Callable[[], object] | None = None,
+) -> dict[str, Any]:
+    """One half: ``job_rate`` jobs/s for ``seconds`` against a worker process; ``on_empty`` is
+    called once ``finished_jobs`` is emptied (its TRUNCATE would wait for a reader's lock)."""
     finished = sql.SQL(
         "SELECT count(*), coalesce(array_agg((result #>> '{{}}')::float8), '{{}}') "
         "FROM {} WHERE kind = 'stamp' AND state = 'done'"
@@ -75,6 +87,8 @@ def _steady(url: str, job_rate: float, seconds: float, exact: bool) -> dict[str,
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(truncate)
+    if on_empty is not None:
+        on_empty()
     worker = start_worker_process(url)
     sampler = threading.Thread(target=sample, daemon=True)
     enqueued = 0
@@ -123,8 +137,48 @@ def _steady(url: str, job_rate: float, seconds: float, exact: bool) -> dict[str,
     }
 
 
+def _scan_repeatably(url: str, stop: threading.Event, scans: list[int]) -> None:
+    """One reader: a REPEATABLE READ transaction, held until ``stop``, counting the queue
+    tables' rows over and over (its snapshot holds the horizon; each count walks the table)."""
+    counts = [
+        sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(SCHEMA, t)) for t in HOT_TABLES
+    ]
+    with psycopg.connect(url) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        while not stop.is_set():
+            for count in counts:
+                conn.execute(count).fetchone()
+            scans.append(1)
+            stop.wait(0.1)
+        conn.rollback()
+
+
+def _with_readers(url: str, job_rate: float, seconds: float, exact: bool) -> dict[str, Any]:
+    """A half with ``READERS`` REPEATABLE READ readers scanning the queue tables meanwhile."""
+    stop = threading.Event()
+    scans: list[int] = []
+    readers = [
+        threading.Thread(target=_scan_repeatably, args=(url, stop, scans), daemon=True)
+        for _ in range(READERS)
+    ]
+
+    def start() -> None:
+        for reader in readers:
+            reader.start()
+
+    try:
+        half = _steady(url, job_rate, seconds, exact, on_empty=start)
+    finally:
+        stop.set()
+        for reader in readers:
+            if reader.ident is not None:  # started
+                reader.join()
+    return {**half, "readers": READERS, "scans": len(scans)}
+
+
 def measure_pinned_horizon(url: str, seconds: float, job_rate: float) -> dict[str, Any]:
-    """The clean half, then the pinned half (one session idle in transaction with an XID)."""
+    """The clean half, the pinned half (one session idle in transaction with an XID), then the
+    readers' half (``READERS`` REPEATABLE READ sessions scanning the queue tables)."""
     why_not = _pgstattuple(url)
     exact = why_not is None
     clean = _steady(url, job_rate, seconds, exact)
@@ -134,6 +188,7 @@ def measure_pinned_horizon(url: str, seconds: float, job_rate: float) -> dict[st
             pinned = _steady(url, job_rate, seconds, exact)
         finally:
             pin.rollback()
+    readers = _with_readers(url, job_rate, seconds, exact)
     return {
         "seconds": seconds,
         "rate": job_rate,
@@ -143,6 +198,9 @@ def measure_pinned_horizon(url: str, seconds: float, job_rate: float) -> dict[st
         "pinned": pinned,
         "throughput_ratio": round(pinned["rate"] / max(clean["rate"], 1), 2),
         "p99_ratio": round(pinned["p99_ms"] / max(clean["p99_ms"], 0.01), 2),
+        "readers": readers,
+        "readers_throughput_ratio": round(readers["rate"] / max(clean["rate"], 1), 2),
+        "readers_p99_ratio": round(readers["p99_ms"] / max(clean["p99_ms"], 0.01), 2),
     }
 
 
@@ -153,7 +211,7 @@ def format_pinned(p: dict[str, Any]) -> list[str]:
         f"one session idle in transaction (XID {p['pinned_xid']}); dead tuples from "
         f"{p['dead_tuples_from']}",
     ]
-    for half in ("clean", "pinned"):
+    for half in ("clean", "pinned", "readers"):
         h = p[half]
         dead = ", ".join(
             f"{t} max {h['max_dead'][t]:,} dead / {h['max_bytes'][t] / 1e6:.1f} MB"
@@ -166,5 +224,11 @@ def format_pinned(p: dict[str, Any]) -> list[str]:
     lines.append(
         f"  pinned / clean: throughput {p['throughput_ratio']}, p99 {p['p99_ratio']} "
         "(goals: >= 0.8 and <= 2)"
+    )
+    r = p["readers"]
+    lines.append(
+        f"  readers ({r['readers']} REPEATABLE READ sessions, {r['scans']:,} scans of both "
+        f"tables) / clean: throughput {p['readers_throughput_ratio']}, p99 "
+        f"{p['readers_p99_ratio']} (goals: >= 0.8 and <= 2)"
     )
     return lines
