@@ -30,7 +30,10 @@ import inspect
 import threading
 import types
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, cast
+
+import postroom
 
 _SENTINEL = object()
 
@@ -223,3 +226,17 @@ def _blocking_function(
 
 
 __all__ = ["Blocking", "EventLoopThread"]
+
+
+@contextmanager
+def client_on(conninfo: str, loop: EventLoopThread | None) -> Iterator[postroom.Client]:
+    """A sync client on ``conninfo`` or, with ``loop``, a blocking async one."""
+    if loop is None:
+        with postroom.connect(conninfo) as c:
+            yield c
+        return
+    real = loop.run(postroom.connect_async(conninfo))
+    try:
+        yield cast(postroom.Client, Blocking(real, loop))
+    finally:
+        loop.run(real.close())

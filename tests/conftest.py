@@ -56,7 +56,7 @@ from psycopg.conninfo import make_conninfo
 
 import postroom
 
-from .blocking import Blocking, EventLoopThread
+from .blocking import Blocking, EventLoopThread, client_on
 
 # The retention runner (src/postroom/_retention_async.py) would expire messages behind the
 # tests' backs; the tests that exercise it turn it on themselves.
@@ -260,15 +260,8 @@ def client_loop(client_flavour: str) -> Iterator[EventLoopThread | None]:
 @pytest.fixture
 def any_client(dsn: str, client_loop: EventLoopThread | None) -> Iterator[postroom.Client]:
     """``postroom.Client`` or, blocking, ``postroom.AsyncClient``: see the module docstring."""
-    if client_loop is None:
-        with postroom.connect(dsn) as c:
-            yield c
-        return
-    real = client_loop.run(postroom.connect_async(dsn))
-    try:
-        yield cast(postroom.Client, Blocking(real, client_loop))
-    finally:
-        client_loop.run(real.close())
+    with client_on(dsn, client_loop) as c:
+        yield c
 
 
 @pytest.fixture

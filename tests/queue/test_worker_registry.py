@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
 
@@ -20,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 import postroom
 
-from ..blocking import Blocking, EventLoopThread
+from ..blocking import EventLoopThread, client_on
 from ..roles import login_role
 from ..signals import wait_for
 from .helpers import query, running, scalar
@@ -29,20 +27,6 @@ ROW = (
     "SELECT host, pid, queues, concurrency, role_name, started_at, heartbeat_at, expires_at"
     " FROM postroom.workers WHERE worker = %s"
 )
-
-
-@contextmanager
-def connected(conninfo: str, loop: EventLoopThread | None) -> Iterator[postroom.Client]:
-    """A sync client, or (blocking) an async one, on ``conninfo``."""
-    if loop is None:
-        with postroom.connect(conninfo) as c:
-            yield c
-        return
-    real = loop.run(postroom.connect_async(conninfo))
-    try:
-        yield cast(postroom.Client, Blocking(real, loop))
-    finally:
-        loop.run(real.close())
 
 
 def registered(dsn: str, worker: str) -> tuple[Any, ...] | None:
@@ -115,7 +99,7 @@ def test_a_role_that_may_not_register_still_runs_jobs(
                 "prune_workers(interval)",
             ):
                 conn.execute(f"REVOKE EXECUTE ON FUNCTION postroom.{function} FROM {role}")
-        with connected(make_conninfo(dsn, user=role), client_loop) as app:
+        with client_on(make_conninfo(dsn, user=role), client_loop) as app:
 
             @app.job("reg-ok", queue="reg")
             def ok() -> int:
