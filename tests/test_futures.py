@@ -248,3 +248,23 @@ def test_an_async_future_is_finished_on_its_loop_from_another_thread() -> None:
         assert finished_on_loop == [True]
 
     asyncio.run(scenario())
+
+
+def test_threads_sharing_a_batch_get_distinct_indexes() -> None:
+    # The Kafka producer takes no lock a send: Sends.new must hand each thread its own index.
+    sends: Sends = Sends()
+    indexes: list[list[int]] = [[], [], [], []]
+    start = threading.Barrier(len(indexes))
+
+    def take(into: list[int]) -> None:
+        start.wait()
+        for _ in range(20_000):
+            into.append(sends.new()._index)
+
+    threads = [threading.Thread(target=take, args=(into,)) for into in indexes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [index for into in indexes for index in into]
+    assert sorted(every) == list(range(len(every)))

@@ -27,6 +27,7 @@ finishes that one, on the event loop (the async producer's writer runs there).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, InvalidStateError
@@ -50,10 +51,12 @@ class Sends:
     ``set_exception``), the batch's position (``resolve_positions``), the batch's failure
     (``fail``)."""
 
-    __slots__ = ("_count", "_errors", "_failure", "_positions", "_results", "_waited")
+    __slots__ = ("_errors", "_failure", "_next", "_positions", "_results", "_waited")
 
     def __init__(self) -> None:
-        self._count = 0
+        # The next send's index: ``next`` on a count is one C call, so two threads sharing a
+        # producer never get the same index (no lock a send).
+        self._next = itertools.count().__next__
         self._results: dict[int, Any] = {}
         self._errors: dict[int, BaseException] = {}
         self._positions: tuple[Callable[[int, int], Any], int, int] | None = None
@@ -63,10 +66,8 @@ class Sends:
         self._waited: dict[int, Future[Any] | asyncio.Future[Any]] = {}
 
     def new(self) -> SendFuture[Any]:
-        """The future of the next send (the caller serializes calls)."""
-        future: SendFuture[Any] = SendFuture(self, self._count)
-        self._count += 1
-        return future
+        """The future of the next send (thread-safe)."""
+        return SendFuture(self, self._next())
 
     def done(self, index: int) -> bool:
         return (
@@ -95,9 +96,14 @@ class Sends:
 
     def set_results(self, indexes: Sequence[int], values: Sequence[Any]) -> None:
         with _LOCK:
-            for index, value in zip(indexes, values, strict=True):
-                if not self.done(index):
-                    self._results[index] = value
+            if self._positions is None and self._failure is None and not self._errors:
+                keep = self._results.setdefault  # done() is only a result of its own here
+                for index, value in zip(indexes, values, strict=True):
+                    keep(index, value)
+            else:
+                for index, value in zip(indexes, values, strict=True):
+                    if not self.done(index):
+                        self._results[index] = value
             waiting = self._take_waited(indexes)
         _finish(waiting)
 
@@ -222,10 +228,8 @@ class ASends(Sends):
         self._loop = asyncio.get_running_loop()
 
     def new(self) -> ASendFuture[Any]:  # type: ignore[override]
-        """The future of the next send (the caller serializes calls)."""
-        future: ASendFuture[Any] = ASendFuture(self, self._count, self._loop)
-        self._count += 1
-        return future
+        """The future of the next send."""
+        return ASendFuture(self, self._next(), self._loop)
 
 
 class ASendFuture(Generic[T]):

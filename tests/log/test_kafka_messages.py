@@ -16,7 +16,8 @@ import confluent_kafka
 import pytest
 
 from postroom import Message
-from postroom.log.kafka.messages import KafkaMessage, to_messages
+from postroom.log.kafka.messages import KafkaMessage, produce_arguments, to_messages
+from postroom.log.records import make_record
 
 STAMP = 1_796_206_306_425
 WHEN = datetime.fromtimestamp(STAMP / 1000, UTC)
@@ -121,3 +122,10 @@ def test_a_batch_of_500_runs_no_young_collection() -> None:
             gc.enable()
     assert len(messages) == 500
     assert made < threshold  # a headers dict each (500 more) would cross it
+
+
+def test_produce_gets_only_the_arguments_a_record_has() -> None:
+    assert produce_arguments(make_record("orders", b"v")) == {}
+    keyed = produce_arguments(make_record("orders", b"v", key="k", headers={"h": "x"}))
+    assert keyed == {"key": b"k", "headers": [("h", b"x")]}
+    assert produce_arguments(make_record("orders", b"v", partition=0)) == {"partition": 0}

@@ -32,7 +32,7 @@ from ..records import (
 from .admin_async import AsyncKafkaAdmin
 from .bridge import future_async, new_sends_async
 from .failures import kafka_module, translate
-from .messages import kafka_headers
+from .messages import produce_arguments
 
 DEFAULT_BUFFER_MESSAGES = 100_000
 DEFAULT_BUFFER_TIMEOUT = 60.0
@@ -76,7 +76,6 @@ class AsyncKafkaProducer:
         self._producer = kafka.Producer(config)
         self._kafka = kafka
         self._sends: Sends | None = None  # made by the first send (on the event loop)
-        self._sends_lock = threading.Lock()
         self._reports: deque[tuple[Sends, int, Any, Any]] = deque()
         self._report = self._delivered  # one bound method, not one a send
         self._closed = False
@@ -100,6 +99,7 @@ class AsyncKafkaProducer:
     def _apply_reports(self) -> None:
         reports = self._reports
         ok: dict[Sends, tuple[list[int], list[Published]]] = {}
+        grouped, make = ok.get, tuple.__new__  # Published(p, o) is a Python-level __new__
         while reports:
             try:
                 sends, index, err, msg = reports.popleft()
@@ -109,9 +109,11 @@ class AsyncKafkaProducer:
                 error = translate(self._kafka.KafkaException(err), "producing", self._admin.where)
                 sends.set_exception(index, error)
                 continue
-            indexes, values = ok.setdefault(sends, ([], []))
-            indexes.append(index)
-            values.append(Published(msg.partition(), msg.offset()))
+            entry = grouped(sends)
+            if entry is None:
+                entry = ok[sends] = ([], [])
+            entry[0].append(index)
+            entry[1].append(make(Published, (msg.partition(), msg.offset())))
         for sends, (indexes, values) in ok.items():
             sends.set_results(indexes, values)
 
@@ -137,51 +139,62 @@ class AsyncKafkaProducer:
             and topic in _CHECKED_TOPICS
             and len(value) <= MAX_VALUE_BYTES
         ):  # the common case: nothing to encode or check again (no Record built)
-            name, data, encoded_key, kafka_header_list, target = topic, value, None, None, -1
+            name, data, extra = topic, value, None
         else:
             record = make_record(topic, value, key, headers, partition)
-            name, data, encoded_key = record.topic, record.value, record.key
-            kafka_header_list = None if record.headers is None else kafka_headers(record.headers)
-            target = -1 if record.partition is None else record.partition
+            name, data, extra = record.topic, record.value, produce_arguments(record)
         count = self._admin.cached_partitions(name)
         if count is None:
             count = await self._admin.partitions(name)
-        if target >= count:
+        if extra and extra.get("partition", -1) >= count:
             raise InvalidArgument(
-                f"invalid partition {target}: topic {topic!r} has {count} partitions"
+                f"invalid partition {extra['partition']}: topic {topic!r} has {count} partitions"
             )
-        with self._sends_lock:  # inline, not a method: this runs once a send
-            sends = self._sends
-            if sends is None:
-                sends = self._sends = new_sends_async()
-            done = sends.new()
-            index = done._index
-            if index + 1 >= SENDS_PER_GROUP:
-                self._sends = new_sends_async()
+        # No lock: ``Sends.new`` is thread-safe, and two threads that both start a new group
+        # at its end each use their own.
+        sends = self._sends
+        if sends is None:
+            sends = self._sends = new_sends_async()
+        done = sends.new()
+        index = done._index
+        if index + 1 >= SENDS_PER_GROUP:
+            self._sends = new_sends_async()
+        # The report's only per-send object: the future is not kept, so a caller that drops
+        # it frees it at once (postroom/_futures.py). Only the arguments a send has are passed
+        # (messages.produce_arguments).
+        report = partial(self._report, sends, index)
+        try:
+            if extra is None:
+                self._producer.produce(name, data, on_delivery=report)
+            else:
+                self._producer.produce(name, data, on_delivery=report, **extra)
+        except BufferError:
+            await self._produce_when_room(name, data, report, extra or {})
+        except self._kafka.KafkaException as exc:
+            raise translate(exc, f"producing to {topic!r}", self._admin.where) from exc
+        return future_async(done)
+
+    async def _produce_when_room(
+        self, name: str, data: bytes, report: Any, extra: dict[str, Any]
+    ) -> None:
+        """``produce`` once librdkafka's queue has room, waiting up to ``buffer_timeout``."""
         deadline = None if self._buffer_timeout is None else time.monotonic() + self._buffer_timeout
         while True:
+            # Serve delivery reports meanwhile, as the reporter thread does: librdkafka counts
+            # a message in its queue until its report is served.
+            await ato_thread(self._producer.poll, 0.01)
+            self._apply_reports()
             try:
-                self._producer.produce(
-                    name,
-                    value=data,
-                    key=encoded_key,
-                    headers=kafka_header_list,
-                    partition=target,
-                    # The report's only per-send object: the future is not kept, so a caller
-                    # that drops it frees it at once (postroom/_futures.py).
-                    on_delivery=partial(self._report, sends, index),
-                )
-                break
+                self._producer.produce(name, data, on_delivery=report, **extra)
+                return
             except BufferError:
                 if deadline is not None and time.monotonic() > deadline:
                     raise BufferFull(
                         f"producer buffer full for {self._buffer_timeout} s: {self._admin.where} "
                         "takes messages slower than they are sent"
                     ) from None
-                await ato_thread(self._stop.wait, 0.01)
             except self._kafka.KafkaException as exc:
-                raise translate(exc, f"producing to {topic!r}", self._admin.where) from exc
-        return future_async(done)
+                raise translate(exc, f"producing to {name!r}", self._admin.where) from exc
 
     async def flush(self) -> None:
         """Wait until every message sent so far is acknowledged (or failed)."""
