@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from postroom._futures import SendFuture, Sends
+from postroom._futures import ASends, SendFuture, Sends
 
 
 def position(partition: int, offset: int) -> tuple[int, int]:
@@ -268,3 +268,48 @@ def test_threads_sharing_a_batch_get_distinct_indexes() -> None:
         thread.join()
     every = [index for into in indexes for index in into]
     assert sorted(every) == list(range(len(every)))
+
+
+def test_a_result_delivered_without_the_lock_wakes_every_waiter() -> None:
+    """``Sends.deliver`` (the Kafka producer's report callback) records a result without the
+    lock: a waiter registering at the same moment is still woken, sync and async alike."""
+    import asyncio
+
+    for _ in range(300):
+        sends = Sends()
+        future = sends.new()
+        start = threading.Barrier(2)
+        got: list[Any] = []
+
+        def wait_on(
+            f: SendFuture[Any] = future, g: list[Any] = got, b: threading.Barrier = start
+        ) -> None:
+            b.wait()
+            g.append(f.result(timeout=5))
+
+        waiter = threading.Thread(target=wait_on)
+        waiter.start()
+        start.wait()
+        sends.deliver(0, (1, 9))
+        waiter.join(5)
+        assert got == [(1, 9)]
+        assert not sends._waited
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(300):
+            sends = ASends()
+            future = sends.new()
+            start = threading.Barrier(2)
+
+            def deliver(s: ASends = sends, b: threading.Barrier = start) -> None:
+                b.wait()
+                s.deliver(0, (0, 3))
+
+            writer = loop.run_in_executor(None, deliver)
+            await loop.run_in_executor(None, start.wait)
+            assert await asyncio.wait_for(future, 5) == (0, 3)
+            await writer
+            assert not sends._waited
+
+    asyncio.run(scenario())

@@ -41,6 +41,7 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 _LOCK = threading.Lock()
+_new = object.__new__
 _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 _Outcome = tuple[bool, Any, BaseException | None]  # done, result, exception
 
@@ -66,8 +67,12 @@ class Sends:
         self._waited: dict[int, Future[Any] | asyncio.Future[Any]] = {}
 
     def new(self) -> SendFuture[Any]:
-        """The future of the next send (thread-safe)."""
-        return SendFuture(self, self._next())
+        """The future of the next send (thread-safe). Made without a call to ``__init__``:
+        a Python-level call frame was a tenth of a Kafka send's cost."""
+        future: SendFuture[Any] = _new(SendFuture)
+        future._sends = self
+        future._index = self._next()
+        return future
 
     def done(self, index: int) -> bool:
         return (
@@ -106,6 +111,30 @@ class Sends:
                         self._results[index] = value
             waiting = self._take_waited(indexes)
         _finish(waiting)
+
+    def deliver(self, index: int, value: Any) -> None:
+        """Send ``index``'s result, recorded without ``_LOCK`` (the Kafka producer's report
+        callback: a lock a report was most of a send's cost there). Only for a group whose
+        sends are given outcomes one by one (never ``resolve_positions`` or ``fail``).
+
+        A waiter registers under ``_LOCK`` and then looks at the outcome again
+        (``_register``); this records the result and then looks for a waiter. Under the GIL
+        one of the two sees the other's write, so the waiter is finished (maybe by both:
+        ``_take_waited`` hands it out once)."""
+        self._results[index] = value
+        if self._waited:
+            with _LOCK:
+                waiting = self._take_waited([index])
+            _finish(waiting)
+
+    def _register(self, index: int, future: Future[Any] | asyncio.Future[Any]) -> _Outcome:
+        """Wait on send ``index`` with ``future`` (``_LOCK`` held): the outcome, looked at
+        again after registering (see ``deliver``); if done, ``future`` is not registered."""
+        self._waited[index] = future
+        outcome = self.outcome(index)
+        if outcome[0]:
+            del self._waited[index]
+        return outcome
 
     def set_exception(self, index: int, error: BaseException) -> None:
         with _LOCK:
@@ -203,11 +232,13 @@ class SendFuture(Future[T]):
                 condition = self._lazy_condition
                 if condition is None:
                     done, self._result, self._exception = self._sends.outcome(self._index)
+                    if not done:
+                        done, self._result, self._exception = self._sends._register(
+                            self._index, self
+                        )
                     self._state = FINISHED if done else PENDING
                     self._waiters = []
                     self._done_callbacks = []
-                    if not done:
-                        self._sends._waited[self._index] = self
                     condition = self._lazy_condition = threading.Condition()
         return condition
 
@@ -228,8 +259,13 @@ class ASends(Sends):
         self._loop = asyncio.get_running_loop()
 
     def new(self) -> ASendFuture[Any]:  # type: ignore[override]
-        """The future of the next send."""
-        return ASendFuture(self, self._next(), self._loop)
+        """The future of the next send (made as ``Sends.new`` makes one)."""
+        future: ASendFuture[Any] = _new(ASendFuture)
+        future._sends = self
+        future._index = self._next()
+        future._loop = self._loop
+        future._future = None
+        return future
 
 
 class ASendFuture(Generic[T]):
@@ -255,7 +291,7 @@ class ASendFuture(Generic[T]):
             with _LOCK:
                 outcome = self._sends.outcome(self._index)
                 if not outcome[0]:
-                    self._sends._waited[self._index] = future
+                    outcome = self._sends._register(self._index, future)
             if outcome[0]:
                 _finish([(future, outcome)])
         return future

