@@ -52,9 +52,13 @@ class Sends:
     ``set_exception``), the batch's position (``resolve_positions``), the batch's failure
     (``fail``)."""
 
-    __slots__ = ("_errors", "_failure", "_next", "_positions", "_results", "_waited")
+    __slots__ = ("_errors", "_failure", "_make", "_next", "_positions", "_results", "_waited")
 
-    def __init__(self) -> None:
+    def __init__(self, make: Callable[[Any], Any] | None = None) -> None:
+        self._make = make
+        """What a stored result becomes when read (None: itself): the Kafka producer stores a
+        plain ``(partition, offset)`` tuple, which the collector stops tracking, and its
+        ``Published`` is made only for a reader."""
         # The next send's index: ``next`` on a count is one C call, so two threads sharing a
         # producer never get the same index (no lock a send).
         self._next = itertools.count().__next__
@@ -85,7 +89,8 @@ class Sends:
     def outcome(self, index: int) -> _Outcome:
         """The outcome of send ``index`` so far (``_LOCK`` held)."""
         if index in self._results:
-            return True, self._results[index], None
+            value = self._results[index]
+            return True, (value if self._make is None else self._make(value)), None
         error = self._errors.get(index)
         if error is not None:
             return True, None, error
@@ -254,8 +259,8 @@ class ASends(Sends):
 
     __slots__ = ("_loop",)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, make: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(make)
         self._loop = asyncio.get_running_loop()
 
     def new(self) -> ASendFuture[Any]:  # type: ignore[override]

@@ -19,15 +19,15 @@ from ..._futures import ASends, Sends
 T = TypeVar("T")
 
 
-def new_sends_async() -> ASends:
+def new_sends_async(make: Callable[[Any], Any] | None = None) -> ASends:
     """The outcomes of a group of async sends: their futures are ``ASendFuture`` (a real
     asyncio future made only when one is awaited; the delivery reports, in the producer's
-    thread, finish it on its loop). On the event loop."""
-    return ASends()
+    thread, finish it on its loop). On the event loop. ``make``: see ``Sends``."""
+    return ASends(make)
 
 
-def new_sends() -> Sends:
-    return Sends()
+def new_sends(make: Callable[[Any], Any] | None = None) -> Sends:
+    return Sends(make)
 
 
 def future_async(done: Any) -> Any:

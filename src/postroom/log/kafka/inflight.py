@@ -49,11 +49,14 @@ _WIDTH = 4  # items an entry takes in its partition's deque: sends, index, value
 class InFlight:
     """Sends in flight, by topic and partition; see the module docstring."""
 
-    __slots__ = ("_hashes", "_sticky", "queues")
+    __slots__ = ("_hashes", "_sticky", "only", "queues")
 
     def __init__(self) -> None:
         self.queues: dict[str, list[deque[Any]]] = {}
         """Each topic's FIFOs, by partition (read inline by the producer's report callback)."""
+        self.only: list[deque[Any]] | None = None
+        """The FIFOs of the one topic in ``queues`` while there is only one (a report of it
+        needs no topic name read)."""
         self._sticky: dict[str, tuple[int, float]] = {}
         self._hashes: dict[bytes, int] = {}
 
@@ -86,6 +89,7 @@ class InFlight:
         queues = self.queues.get(topic)
         if queues is None:
             queues = self.queues[topic] = []
+            self.only = queues if len(self.queues) == 1 else None
         while len(queues) <= partition:
             queues.append(deque())
         return queues[partition]

@@ -40,13 +40,20 @@ from .messages import produce_arguments
 
 DEFAULT_BUFFER_MESSAGES = 100_000
 DEFAULT_BUFFER_TIMEOUT = 60.0
-new_published = tuple.__new__  # Published(p, o) is a Python-level __new__
+PUBLISHED = Published._make
+"""A stored ``(partition, offset)`` as the ``Published`` its reader gets (``Sends``'s make)."""
 SENDS_PER_GROUP = 10_000
 """Sends whose outcomes one ``Sends`` holds: a ``concurrent.futures.Future`` per send (a
 condition and a lock each) was 40% of a send's cost; a ``SendFuture`` builds its condition only
 when waited on (postroom/_futures.py)."""
 REPORT_WAIT = 0.05
 """Seconds the reporter thread waits in one ``poll`` for a report."""
+SERVE_EVERY_MASK = 255
+"""A send whose index in its group has all these bits set serves the reports ready (every
+256th send, never a lone first one), as a raw confluent-kafka loop serves them in its own
+thread."""
+INLINE_GRACE = 0.01
+"""Seconds after a send served the reports that the reporter thread leaves them to sends."""
 
 
 class KafkaProducer:
@@ -93,6 +100,7 @@ class KafkaProducer:
         self._order = threading.Lock()
         self._serving = threading.Lock()
         self._failures: deque[tuple[Sends, int, BaseException]] = deque()
+        self._served_at = 0.0  # when a send last served the reports (_serve_inline)
         self._closed = False
         self._stop = threading.Event()
         self._reporter = threading.Thread(
@@ -101,11 +109,30 @@ class KafkaProducer:
         self._reporter.start()
 
     def _serve_reports(self) -> None:
-        # Delivery callbacks run in the thread that polls: this one (and flush's, or a send
-        # waiting for room, each holding ``_serving``).
+        # Delivery callbacks run in the thread that polls: this one while no send serves them
+        # (``_serve_inline``), a sender's, flush's, or a send's waiting for room, each holding
+        # ``_serving``. While sends serve them, this thread stays out of ``poll``: a report
+        # served here takes the GIL from the sending thread (one hand-over a report, each a
+        # wait of the sender: the producer ran at 0.2-0.4 of raw, bench/RESULTS.md).
         while not self._stop.is_set():
+            wait = self._served_at + INLINE_GRACE - monotonic()
+            if wait > 0:
+                self._stop.wait(wait)
+                continue
             self._serve(REPORT_WAIT)
             self._apply_failures()
+
+    def _serve_inline(self) -> None:
+        """Serve the reports ready now in the sending thread (never waits: a send on the event
+        loop may call it), unless another thread serves them."""
+        self._served_at = monotonic()  # the reporter thread backs off after its poll
+        if self._serving.acquire(blocking=False):
+            try:
+                self._producer.poll(0)
+            finally:
+                self._serving.release()
+            if self._failures:
+                self._apply_failures()
 
     def _serve(self, timeout: float) -> None:
         with self._serving:
@@ -122,16 +149,18 @@ class KafkaProducer:
         # for, and its error set by _apply_failures, outside librdkafka's callback.
         if err is None:
             partition = msg.partition()
-            queues = self._queues.get(msg.topic())
+            queues = self._inflight.only  # a producer sending to one topic: no name to read
+            if queues is None:
+                queues = self._queues.get(msg.topic())
             if queues is not None and partition < len(queues):
                 entries = queues[partition]
                 if entries:
                     sends, index = entries.popleft(), entries.popleft()
                     entries.popleft()
                     entries.popleft()
-                    sends._results[index] = new_published(Published, (partition, msg.offset()))
+                    sends._results[index] = position = (partition, msg.offset())
                     if sends._waited:  # someone waits on a send of this group: Sends.deliver
-                        sends.deliver(index, sends._results[index])
+                        sends.deliver(index, position)
             return
         send = self._inflight.failed(msg.topic(), msg.partition(), msg.value(), msg.key())
         if send is not None:
@@ -164,22 +193,19 @@ class KafkaProducer:
             # the future's and librdkafka's (each was ~0.1-0.3 us against raw's ~3).
             lane = self._lanes.get(topic)
             if (
-                lane is not None
-                and monotonic() < lane[0]
-                and len(value) <= MAX_VALUE_BYTES
-                and not self._closed
-            ):
+                lane is not None and monotonic() < lane[0] and len(value) <= MAX_VALUE_BYTES
+            ):  # (no lane once closed: ``close()`` clears them)
                 sends = self._sends
                 done = sends.new()
                 index = done._index
                 if index + 1 >= SENDS_PER_GROUP:
-                    self._sends = new_sends()
+                    self._sends = new_sends(PUBLISHED)
                 entries = lane[2]
                 with self._order:
                     entries.extend((sends, index, value, None))
                     try:
                         self._producer.produce(topic, value, partition=lane[1])
-                        return done
+                        queued = True
                     except BaseException as exc:
                         for _ in range(4):  # its own entry: the last (``_order`` held)
                             entries.pop()
@@ -187,6 +213,11 @@ class KafkaProducer:
                             raise self._translated(exc, topic) from exc
                         if not isinstance(exc, BufferError):
                             raise
+                        queued = False
+                if queued:
+                    if index & SERVE_EVERY_MASK == SERVE_EVERY_MASK:
+                        self._serve_inline()
+                    return done
                 # librdkafka's queue is full: wait for room
                 entry = (sends, index, value, None)
                 if not self._enqueue(topic, lane[1], value, None, entry):
@@ -224,16 +255,18 @@ class KafkaProducer:
         # each use their own.
         sends = self._sends
         if sends is None:
-            sends = self._sends = new_sends()
+            sends = self._sends = new_sends(PUBLISHED)
         done = sends.new()
         index = done._index
         if index + 1 >= SENDS_PER_GROUP:
-            self._sends = new_sends()
+            self._sends = new_sends(PUBLISHED)
         # The future is not kept (a caller that drops it frees it at once), and the message in
         # flight is four items in its partition's FIFO: no object a send (kafka/inflight.py).
         entry = (sends, index, data, record.key)
         if not self._enqueue(name, place, data, extra, entry):
             self._enqueue_when_room(name, place, data, extra, entry)
+        elif index & SERVE_EVERY_MASK == SERVE_EVERY_MASK:
+            self._serve_inline()
         return future(done)
 
     def _enqueue(
@@ -304,6 +337,7 @@ class KafkaProducer:
         if self._closed:
             return
         self._closed = True
+        self._lanes.clear()
         try:
             self.flush()
         finally:
