@@ -41,7 +41,6 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 _LOCK = threading.Lock()
-_new = object.__new__
 _DONE_STATES = frozenset((CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED))
 _Outcome = tuple[bool, Any, BaseException | None]  # done, result, exception
 
@@ -71,9 +70,8 @@ class Sends:
         self._waited: dict[int, Future[Any] | asyncio.Future[Any]] = {}
 
     def new(self) -> SendFuture[Any]:
-        """The future of the next send (thread-safe). Made without a call to ``__init__``:
-        a Python-level call frame was a tenth of a Kafka send's cost."""
-        future: SendFuture[Any] = _new(SendFuture)
+        """The future of the next send (thread-safe)."""
+        future: SendFuture[Any] = SendFuture()
         future._sends = self
         future._index = self._next()
         return future
@@ -225,9 +223,11 @@ class SendFuture(Future[T]):
     _lazy_condition: threading.Condition | None = None
     __slots__ = ("_exception", "_index", "_result", "_sends", "_state")
 
-    def __init__(self, sends: Sends, index: int) -> None:  # no Future.__init__: see above
-        self._sends = sends
-        self._index = index
+    _sends: Sends
+    _index: int
+    # ``SendFuture()`` makes an empty one in C (``Sends.new`` fills it): no ``Future.__init__``
+    # (see above), and no Python-level ``__init__``, whose call frame cost a tenth of a send.
+    __init__ = object.__init__
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
@@ -265,7 +265,7 @@ class ASends(Sends):
 
     def new(self) -> ASendFuture[Any]:  # type: ignore[override]
         """The future of the next send (made as ``Sends.new`` makes one)."""
-        future: ASendFuture[Any] = _new(ASendFuture)
+        future: ASendFuture[Any] = ASendFuture()
         future._sends = self
         future._index = self._next()
         future._loop = self._loop
@@ -281,11 +281,11 @@ class ASendFuture(Generic[T]):
     _asyncio_future_blocking = False
     __slots__ = ("__weakref__", "_future", "_index", "_loop", "_sends")
 
-    def __init__(self, sends: Sends, index: int, loop: asyncio.AbstractEventLoop) -> None:
-        self._sends = sends
-        self._index = index
-        self._loop = loop
-        self._future: asyncio.Future[T] | None = None
+    _sends: Sends
+    _index: int
+    _loop: asyncio.AbstractEventLoop
+    _future: asyncio.Future[T] | None
+    __init__ = object.__init__  # made empty, then filled: see SendFuture
 
     def _waitable(self) -> asyncio.Future[T]:
         """The asyncio future that carries the outcome: made now if need be, finished at once

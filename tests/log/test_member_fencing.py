@@ -250,6 +250,12 @@ def test_the_runner_ends_a_member_whose_id_a_newer_instance_took_and_run_raises(
     try:
         publish(client, 0, 4)
         wait_for(lambda: len(handled) == 4, what="the runner's member to handle 4 messages")
+        # and to commit them: a newer instance joining before that commit fences it, and
+        # the 4 come again (the run failed so under load, 10 messages drained instead of 6)
+        wait_for(
+            lambda: sum(p.committed or 0 for p in client.describe_group("g").partitions) == 4,
+            what="the runner's member to commit its 4 messages",
+        )
         newer = client.consumer("g", "t", member_id="pod-0", session_timeout=SESSION)
         assert newer.assignment() == BOTH
         thread.join(15)
