@@ -425,12 +425,12 @@ class AsyncConsumer:
             )
         names = {assigned.meta.id: assigned.meta.name for assigned in order}
         messages: list[Message] = []
-        append, new, builder = messages.append, object.__new__, MessageBuilder
+        append, builder = messages.append, MessageBuilder
         message_class = Message
         with gc_paused(self._db.options.pause_gc):  # as in the fetcher's
             rows = await cur.fetchall()
             for topic_id, partition, offset, key, value, headers, created_at in rows:
-                message: Any = new(builder)
+                message: Any = builder()
                 message.topic = names.get(topic_id, order[0].meta.name)
                 message.partition = partition
                 message.offset = offset

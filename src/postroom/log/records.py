@@ -95,17 +95,20 @@ class Message:
         return json.loads(self.value)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MessageBuilder:
     """A mutable twin of :class:`Message` with the same slots, to build messages fast.
 
     The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: 2.5 us a
-    message, the largest cost of consuming. The consumer makes this twin
-    (``object.__new__(MessageBuilder)`` inline in its loop: no ``__init__``), sets one plain
-    slot per field (no call frame per message) and moves it into the ``Message`` class, which
-    assignment to ``__class__`` allows between classes of the same slot layout; from then on
-    it is an ordinary, frozen ``Message``.
+    message, the largest cost of consuming. The consumer makes this twin empty
+    (``MessageBuilder()``, in C: its ``__init__`` is ``object.__init__``, ~70 ns less than
+    ``object.__new__(MessageBuilder)``), sets one plain slot per field inline in its loop (no
+    call frame per message) and moves it into the ``Message`` class, which assignment to
+    ``__class__`` allows between classes of the same slot layout; from then on it is an
+    ordinary, frozen ``Message``.
     """
+
+    __init__ = object.__init__
 
     topic: str
     partition: int
@@ -129,7 +132,14 @@ def build_message(
     timestamp: datetime,
 ) -> Message:
     """``Message(...)``, three times faster."""
-    message: Any = MessageBuilder(topic, partition, offset, key, value, headers, timestamp)
+    message: Any = MessageBuilder()
+    message.topic = topic
+    message.partition = partition
+    message.offset = offset
+    message.key = key
+    message.value = value
+    message.headers = headers
+    message.timestamp = timestamp
     message.__class__ = Message
     return cast(Message, message)
 

@@ -143,7 +143,7 @@ def to_messages(records: Sequence[Any], held: Container[tuple[str, int]]) -> Fet
     """
     messages: list[Message] = []
     append = messages.append
-    new, builder, message_class = object.__new__, MessageBuilder, KafkaMessage
+    builder, message_class = MessageBuilder, KafkaMessage
     ends: dict[tuple[str, int], int] = {}
     name, current, keep, offset, size, error = "", -1, False, -1, 0, None
     last_millis: Any = None
@@ -170,7 +170,7 @@ def to_messages(records: Sequence[Any], held: Container[tuple[str, int]]) -> Fet
             timestamp = (
                 EPOCH if kind == NO_TIMESTAMP else datetime.fromtimestamp(millis / 1000, UTC)
             )
-        message: Any = new(builder)
+        message: Any = builder()
         message.topic = name
         message.partition = partition
         message.offset = offset
