@@ -102,6 +102,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("POSTROOM_TEST_CLIENTS", ",".join(CLIENTS)),
         help="comma-separated client flavours for tests using any_client: sync, async",
     )
+    parser.addoption(
+        "--store-durations",
+        metavar="PATH",
+        help="write the tests of two seconds or more, longest first, to PATH "
+        "(tests/durations.txt orders the runs: longest first)",
+    )
 
 
 def _chosen(config: pytest.Config, option: str, allowed: tuple[str, ...]) -> list[str]:
@@ -131,6 +137,51 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ids=[f"{server}-{flavour}" for server, flavour in pairs],
         scope="session",
     )
+
+
+DURATIONS = Path(__file__).with_name("durations.txt")
+"""Seconds (setup, call and teardown) of the tests that take two or more, from a whole run:
+``pytest --store-durations tests/durations.txt`` rewrites it."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest tests first (in ``DURATIONS``' order), then the rest in collection order.
+
+    Under xdist the suite ends when its slowest worker does: a long test handed out last ran
+    alone while the other workers idled (the four history-workload tests, 200 s, came last
+    in collection order and ran one after another on one worker: 21.5-minute CI runs beside
+    12-minute ones). Longest first, with ``--maxschedchunk 1`` (pyproject's addopts: each
+    worker holds two tests at a time, so a chunk of consecutive long tests never lands on one
+    worker), the long tests overlap and the short ones even out the end. A test missing from
+    the file (new, renamed) only runs in its collection place; the order changes no outcome.
+    """
+    if not DURATIONS.exists():
+        return
+    known: dict[str, float] = {}
+    for line in DURATIONS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            seconds, nodeid = line.split(" ", 1)
+            known[nodeid] = float(seconds)
+    items.sort(key=lambda item: -known.get(item.nodeid, 0.0))  # stable: ties keep their order
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.passed or report.failed:  # on the xdist controller too: every worker's reports
+        _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def store_durations(config: pytest.Config) -> None:
+    path = config.getoption("--store-durations")
+    if path is None or hasattr(config, "workerinput"):  # the controller (or -n 0) writes it
+        return
+    long = sorted(((s, n) for n, s in _durations.items() if s >= 2), key=lambda p: (-p[0], p[1]))
+    lines = [f"{seconds:.1f} {nodeid}" for seconds, nodeid in long]
+    header = "# pytest --store-durations tests/durations.txt (tests/conftest.py: DURATIONS)\n"
+    Path(path).write_text(header + "\n".join(lines) + "\n")
 
 
 class EmbeddedServer:
@@ -286,8 +337,9 @@ def server_named(name: str, config: pytest.Config) -> Server:
     """This process's ``Server`` for ``name`` (pg15, pg18), its template migrated once and
     dropped when the session ends (``pytest_sessionfinish``). Not per ``pg_server`` fixture:
     pytest tears a parametrised session fixture down whenever a worker moves on to the other
-    server's tests, and rebuilt the template (a second or more on a loaded box) at each
-    switch."""
+    server's tests, and the tests run longest first (``pytest_collection_modifyitems``), so
+    pg15 and pg18 tests alternate: rebuilding the template at each switch cost a second or
+    more each time."""
     if name not in _servers:
         admin_url = embedded_server().admin_url if name == "pg18" else config.getoption("--dsn")
         _servers[name] = Server(name, admin_url)
@@ -296,6 +348,7 @@ def server_named(name: str, config: pytest.Config) -> Server:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     global _embedded
+    store_durations(session.config)
     while _servers:
         _servers.popitem()[1].close()
     if _embedded is not None:
