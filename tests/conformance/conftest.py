@@ -22,7 +22,7 @@ import pytest
 import postroom
 from postroom.benchmarks.tansu import tansu_binary, tansu_broker
 from tests.blocking import Blocking, EventLoopThread
-from tests.conftest import Server
+from tests.conftest import Server, server_named
 
 BACKENDS = ("postgresql", "kafka", "kafka-async")
 KAFKA_CONSUMER: dict[str, Any] = {"session_timeout": 6, "max_poll_interval": 10}
@@ -30,10 +30,9 @@ KAFKA_CONSUMER: dict[str, Any] = {"session_timeout": 6, "max_poll_interval": 10}
 
 
 @pytest.fixture(scope="session")
-def pg15(request: pytest.FixtureRequest) -> Iterator[Server]:
-    server = Server("pg15", request.config.getoption("--dsn"))
-    yield server
-    server.close()
+def pg15(request: pytest.FixtureRequest) -> Server:
+    """The suite's pg15 ``Server`` of this process (its template shared with ``pg_server``)."""
+    return server_named("pg15", request.config)
 
 
 @pytest.fixture(scope="session")
