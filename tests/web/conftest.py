@@ -95,7 +95,9 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(10_000)
+    # Waits on events, not sleeps: 30 s only matters on a loaded box (with four xdist
+    # workers on two cores a replay's #flash once took more than 10 s).
+    context.set_default_timeout(30_000)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))

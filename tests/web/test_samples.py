@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,11 +23,14 @@ from postroom.web._live import Sampler
 from postroom.web._samples import Sample, from_points, pick, to_points
 from postroom.web._store import WebStore
 
+from ..log.test_faults import own_server
 from ..roles import login_role
 from ..signals import wait_for
 from .conftest import DashboardServer
 from .seed import Seeded
 from .test_browser import PAGES
+
+__all__ = ["own_server"]  # the fixture, imported for use here
 
 
 def recorded(dsn: str) -> list[float]:
@@ -103,7 +107,11 @@ def ring_pages(dsn: str) -> int:
     return int(row[0])
 
 
-def test_the_ring_stays_bounded_in_rows_and_pages(dsn: str) -> None:
+def test_the_ring_stays_bounded_in_rows_and_pages(own_server: tuple[str, Path]) -> None:
+    """On a PostgreSQL of its own: a transaction held open anywhere on the shared servers (the
+    suite's other workers, in other databases too) keeps the overwritten versions and grows
+    the ring past its bound (3 and 4 pages, and 14 with one held open, were seen)."""
+    dsn = own_server[0]
     pages: list[int] = []
 
     async def body(samplers: list[Sampler]) -> None:
@@ -120,9 +128,8 @@ def test_the_ring_stays_bounded_in_rows_and_pages(dsn: str) -> None:
     assert len(recorded(dsn)) == 3
     # Overwrites of 3 rows are HOT updates, whose old versions are pruned in the page itself,
     # autovacuum or not: the 480 after the first 120 add no page (an insert and a delete a
-    # sample grew by about a page every 35 writes when measured). One page is the slack a
-    # snapshot held elsewhere for a moment can cost (a 3-page ring was seen in a loaded suite).
-    assert pages[1] <= pages[0] + 1 and pages[1] <= 4, f"the ring grew: {pages} pages"
+    # sample grew by about a page every 35 writes when measured).
+    assert pages[1] <= pages[0] and pages[1] <= 2, f"the ring grew: {pages} pages"
 
 
 def test_a_smaller_ring_prunes_the_slots_beyond_it(dsn: str) -> None:
