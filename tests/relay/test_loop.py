@@ -308,3 +308,28 @@ def test_static_membership_passes_through(client: postroom.Client) -> None:
 
 
 # -- the pipeline: a batch polled ahead while one is in flight ------------------------------
+
+
+def test_the_lag_the_tests_wait_on_counts_every_partition(
+    client: postroom.Client, dsn: str
+) -> None:
+    """``group_lag`` (what these tests wait for) is None until every partition of the topic
+    has a cursor: a member makes a cursor when it takes its partitions, and ``describe_group``
+    lists only those, so its lag alone read 0 while a slower relay had not taken its half yet
+    (a two-relay run stopped with half the events sent)."""
+    import psycopg
+
+    client.create_topic("t", partitions=3)
+    for partition in range(3):
+        client.publish("t", b"m", partition=partition)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        insert = (
+            "INSERT INTO postroom.cursors (group_name, topic_id, partition, next_offset) "
+            "SELECT 'g', id, %s, 1 FROM postroom.topics WHERE name = 't'"
+        )
+        conn.execute(insert, (0,))  # one partition read to its end, two not taken yet
+        assert client.describe_group("g").lag == 0  # what the helper read alone before
+        assert group_lag(client, "g") is None
+        conn.execute(insert, (1,))
+        conn.execute(insert.replace("1 FROM", "0 FROM"), (2,))
+        assert group_lag(client, "g") == 1
