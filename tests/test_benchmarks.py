@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -226,6 +229,43 @@ def test_the_pinned_horizon_phase_runs_its_three_parts_and_records_dead_tuples(d
     lines = queue_horizon.format_pinned(result)
     assert any("pinned / clean: throughput" in line for line in lines)
     assert any("REPEATABLE READ sessions" in line for line in lines)
+
+
+def test_a_benchmarks_worker_process_stops_when_the_benchmark_dies(dsn: str) -> None:
+    """Seen: a benchmark killed mid-run left its worker process running, which took the next
+    run's jobs. The worker's stdin is the benchmark's pipe; its end stops the worker."""
+    from postroom.benchmarks import queue_phases
+
+    queue_phases.reset_schema(dsn)
+    benchmark = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys\n"
+            "from postroom.benchmarks import queue_phases\n"
+            "proc = queue_phases.start_worker_process(sys.argv[1])\n"
+            "print(proc.pid, flush=True)\n"
+            "os._exit(0)  # killed: no stop_worker_process\n",
+            dsn,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    worker = int(benchmark.stdout.split()[-1])
+    try:
+        gone = os.pidfd_open(worker)
+    except ProcessLookupError:
+        return  # already gone (and reaped)
+    ready: list[int] = []
+    try:
+        ready, _, _ = select.select([gone], [], [], 60)  # readable once the process ended
+        assert ready, "the worker outlived the benchmark that started it"
+    finally:
+        os.close(gone)
+        if not ready:
+            os.kill(worker, 9)
 
 
 def test_the_scale_phase_reads_the_servers_and_the_boxs_cpu() -> None:

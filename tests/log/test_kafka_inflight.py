@@ -1,6 +1,8 @@
 """The Kafka producer's sends in flight (postroom/log/kafka/inflight.py, sans-IO): where a send
 goes, and which send a delivery report is for, successes in their partition's order and
-failures by content, whatever order librdkafka reports them in."""
+failures by content, whatever order librdkafka reports them in. Reports are real
+confluent-kafka ``Message`` objects given to ``InFlight.report``, the producer's
+``on_delivery``."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import confluent_kafka
 import pytest
 
 from postroom.log.kafka import inflight
@@ -16,11 +19,43 @@ from postroom.log.kafka.inflight import InFlight
 from postroom.log.partitioner import partition_for_key
 
 
+class Group:
+    """What ``report`` records a success into: a ``_futures.Sends``'s lock-free slots, and
+    ``deliver`` when someone waits on the group."""
+
+    def __init__(self, waited: bool = False) -> None:
+        self._results: dict[int, tuple[int, int]] = {}
+        self._waited = waited
+        self.delivered: list[tuple[int, tuple[int, int]]] = []
+
+    def deliver(self, index: int, position: tuple[int, int]) -> None:
+        self.delivered.append((index, position))
+
+
+SENDS = "sends"  # a failure test's stand-in group: failures only carry it back
+
+
 def add(
-    flight: InFlight, topic: str, partition: int, index: int, value: bytes, key: Any = None
+    flight: InFlight,
+    topic: str,
+    partition: int,
+    index: int,
+    value: bytes,
+    key: Any = None,
+    sends: Any = SENDS,
 ) -> None:
     """What the producer adds before its ``produce``: four items, no object of their own."""
-    flight.queue(topic, partition).extend(("sends", index, value, key))
+    flight.queue(topic, partition).extend((sends, index, value, key))
+
+
+def report(topic: str, partition: int, offset: int = 0, value: Any = None, key: Any = None) -> Any:
+    return confluent_kafka.Message(
+        topic=topic, partition=partition, offset=offset, value=value, key=key
+    )
+
+
+def succeed(flight: InFlight, topic: str, partition: int, offset: int) -> None:
+    flight.report(None, report(topic, partition, offset))
 
 
 @pytest.mark.parametrize("count", [1, 3, 4, 12])
@@ -61,16 +96,45 @@ def test_unkeyed_sends_stick_to_a_partition_then_move_on(monkeypatch: pytest.Mon
 
 
 def test_successes_are_the_oldest_sends_of_their_partition() -> None:
-    flight = InFlight()
+    flight, group = InFlight(), Group()
     for index in range(6):
-        add(flight, "t", index % 2, index, b"v%d" % index)
+        add(flight, "t", index % 2, index, b"v%d" % index, sends=group)
+    assert flight.only is flight.queues["t"]  # one topic: a report's topic name is not read
     assert flight.pending() == 6
-    assert [flight.delivered("t", 1) for _ in range(3)] == [("sends", i) for i in (1, 3, 5)]
-    assert flight.delivered("t", 1) is None  # none left there: not a send of this producer
-    assert flight.delivered("t", 0) == ("sends", 0)
-    assert flight.delivered("other", 0) is None
-    assert flight.delivered("t", 9) is None
-    assert flight.pending() == 2
+    for offset in range(3):
+        succeed(flight, "t", 1, offset)
+    assert group._results == {1: (1, 0), 3: (1, 1), 5: (1, 2)}
+    succeed(flight, "t", 1, 3)  # none left there: not a send of this producer
+    succeed(flight, "t", 9, 0)  # a partition never sent to
+    assert len(group._results) == 3 and flight.pending() == 3
+    succeed(flight, "t", 0, 7)
+    assert group._results[0] == (0, 7) and flight.pending() == 2
+    assert group.delivered == []  # nobody waited: the slot alone
+
+
+def test_successes_of_several_topics_and_a_waited_group() -> None:
+    flight, quiet, waited = InFlight(), Group(), Group(waited=True)
+    add(flight, "t", 0, 0, b"a", sends=quiet)
+    add(flight, "u", 0, 0, b"b", sends=waited)
+    assert flight.only is None  # two topics: each report's topic is read
+    succeed(flight, "u", 0, 41)
+    succeed(flight, "other", 0, 5)  # a topic never sent to: not this producer's
+    succeed(flight, "t", 0, 40)
+    assert (quiet._results, waited._results) == ({0: (0, 40)}, {0: (0, 41)})
+    assert (quiet.delivered, waited.delivered) == ([], [(0, (0, 41))])
+    assert flight.pending() == 0
+
+
+def test_a_failure_report_queues_the_send_and_its_error() -> None:
+    flight, group = InFlight(), Group()
+    add(flight, "t", 0, 0, b"first", sends=group)
+    add(flight, "t", 0, 1, b"second", b"k", sends=group)
+    error = confluent_kafka.KafkaError(confluent_kafka.KafkaError._MSG_TIMED_OUT)
+    flight.report(error, report("t", 0, -1, b"second", b"k"))
+    flight.report(error, report("t", 0, -1, b"not sent", b"k"))  # matches none: dropped
+    assert list(flight.failures) == [(group, 1, error)]
+    succeed(flight, "t", 0, 3)
+    assert group._results == {0: (0, 3)} and flight.pending() == 0
 
 
 def test_a_failure_reported_out_of_order_is_matched_by_content() -> None:
@@ -81,7 +145,10 @@ def test_a_failure_reported_out_of_order_is_matched_by_content() -> None:
     add(flight, "t", 0, 1, b"queued", b"k")
     add(flight, "t", 0, 2, b"queued")
     assert flight.failed("t", 0, b"queued", b"k") == ("sends", 1)
-    assert flight.delivered("t", 0) == ("sends", 0)
+    group = Group()
+    flight.queues["t"][0][0] = group  # the oldest entry's group: where its success goes
+    succeed(flight, "t", 0, 10)
+    assert group._results == {0: (0, 10)}
     assert flight.failed("t", 0, b"queued", b"other key") is None
     assert flight.failed("t", 0, b"queued", None) == ("sends", 2)
     assert flight.pending() == 0
@@ -92,7 +159,7 @@ def test_a_failure_matches_the_oldest_identical_send() -> None:
     for index in range(3):
         add(flight, "t", 0, index, b"same")
     assert flight.failed("t", 0, b"same", None) == ("sends", 0)
-    assert [flight.delivered("t", 0), flight.delivered("t", 0)] == [("sends", 1), ("sends", 2)]
+    assert [list(entries)[1::4] for entries in flight.queues["t"]] == [[1, 2]]  # the later two
 
 
 def test_a_failure_without_a_partition_is_searched_in_every_partition() -> None:
@@ -103,7 +170,7 @@ def test_a_failure_without_a_partition_is_searched_in_every_partition() -> None:
     assert flight.failed("t", -1, b"b", None) == ("sends", 1)
     assert flight.failed("t", -1, None, None) == ("sends", 2)  # an empty value comes as None
     assert flight.failed("missing", -1, b"a", None) is None
-    assert flight.delivered("t", 0) == ("sends", 0)
+    assert flight.pending() == 1
 
 
 def test_a_failure_is_found_while_a_sender_adds() -> None:

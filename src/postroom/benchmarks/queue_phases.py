@@ -8,7 +8,9 @@ The benchmark works in its own schema (``postroom_bench_queue``), dropped and re
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -229,6 +231,8 @@ def ready_count(url: str) -> int:
 
 
 def start_worker_process(url: str, keep_finished: str = "86400") -> subprocess.Popen[str]:
+    """A worker in a process of its own (``serve``). Its stdin is a pipe from this process, kept
+    open until ``stop_worker_process``: if this process dies first, the worker stops too."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -240,6 +244,7 @@ def start_worker_process(url: str, keep_finished: str = "86400") -> subprocess.P
             "--keep-finished",
             keep_finished,
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -256,16 +261,26 @@ def stop_worker_process(proc: subprocess.Popen[str]) -> None:
 
 
 def serve(url: str, keep_finished: float, *, wait_go: bool = False) -> int:
-    """The worker process of the sustained, churn and scale phases: runs until SIGTERM;
-    with ``wait_go`` it starts the worker once a line arrives on stdin."""
+    """The worker process of the sustained, churn and scale phases: runs until SIGTERM, or
+    until its stdin (a pipe from the benchmark) ends: a benchmark killed mid-run leaves no
+    worker behind to take the next run's jobs. With ``wait_go`` it starts the worker once a
+    line arrives on stdin."""
     with connect(url) as client:
         register(client)
         worker = client.worker(keep_finished=keep_finished)  # the defaults a user gets
         print("ready", flush=True)
         if wait_go:
             sys.stdin.readline()
+        if stat.S_ISFIFO(os.fstat(sys.stdin.fileno()).st_mode):  # started by a benchmark
+            threading.Thread(target=_stop_at_end_of_input, daemon=True).start()
         worker.run()
     return 0
+
+
+def _stop_at_end_of_input() -> None:
+    while sys.stdin.readline():  # the benchmark's pipe: nothing comes but its end
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)  # the worker's own stop: finish what it holds
 
 
 def refill(url: str, settings: Settings) -> None:

@@ -49,14 +49,17 @@ _WIDTH = 4  # items an entry takes in its partition's deque: sends, index, value
 class InFlight:
     """Sends in flight, by topic and partition; see the module docstring."""
 
-    __slots__ = ("_hashes", "_sticky", "only", "queues")
+    __slots__ = ("_hashes", "_sticky", "failures", "only", "queues")
 
     def __init__(self) -> None:
         self.queues: dict[str, list[deque[Any]]] = {}
-        """Each topic's FIFOs, by partition (read inline by the producer's report callback)."""
+        """Each topic's FIFOs, by partition."""
         self.only: list[deque[Any]] | None = None
         """The FIFOs of the one topic in ``queues`` while there is only one (a report of it
         needs no topic name read)."""
+        self.failures: deque[tuple[Any, int, Any]] = deque()
+        """Failed sends reported (their ``Sends``, index and librdkafka's error), oldest
+        first."""
         self._sticky: dict[str, tuple[int, float]] = {}
         self._hashes: dict[bytes, int] = {}
 
@@ -94,17 +97,32 @@ class InFlight:
             queues.append(deque())
         return queues[partition]
 
-    def delivered(self, topic: str, partition: int) -> tuple[Any, int] | None:
-        """The send a success report of ``topic``'s ``partition`` is for: the oldest in flight
-        there (None if there is none: not a send of this producer)."""
-        queues = self.queues.get(topic)
-        if queues is None or partition >= len(queues) or not queues[partition]:
-            return None
-        entries = queues[partition]
-        sends, index = entries.popleft(), entries.popleft()
-        entries.popleft()
-        entries.popleft()
-        return sends, index
+    def report(self, err: Any, msg: Any) -> None:
+        """librdkafka's ``on_delivery``, one for every message of the producer. A success is
+        the oldest send in flight of its partition, recorded here at once and without a lock
+        (its ``Sends`` group's ``_results`` slot, then ``deliver`` if someone waits on the
+        group); a report that matches no send (none in flight there) is not this producer's
+        and is dropped. A failure is matched by content (``failed``) and queued in
+        ``failures`` with librdkafka's error, for the producer to translate and set outside
+        librdkafka's callback. Inline, no call a success: this runs once a message."""
+        if err is None:
+            partition = msg.partition()
+            queues = self.only  # one topic sent to: no name to read
+            if queues is None:
+                queues = self.queues.get(msg.topic())
+            if queues is not None and partition < len(queues):
+                entries = queues[partition]
+                if entries:
+                    sends, index = entries.popleft(), entries.popleft()
+                    entries.popleft()
+                    entries.popleft()
+                    sends._results[index] = position = (partition, msg.offset())
+                    if sends._waited:  # someone waits on a send of this group
+                        sends.deliver(index, position)
+            return
+        send = self.failed(msg.topic(), msg.partition(), msg.value(), msg.key())
+        if send is not None:
+            self.failures.append((send[0], send[1], err))
 
     def failed(
         self, topic: str, partition: int, value: bytes | None, key: bytes | None

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
 from time import monotonic
 from typing import Any
 
 from ..._acompat import ato_thread
-from ..._futures import Sends
 from ...errors import BufferFull, InvalidArgument, ProducerClosed
 from ..records import (
     MAX_VALUE_BYTES,
@@ -85,19 +83,18 @@ class AsyncKafkaProducer:
             "queue.buffering.max.messages": buffer_messages,
             "message.timeout.ms": int(max(admin.settings.timeout, 1) * 3000),
         }
-        config["on_delivery"] = self._delivered  # one callback for every message
+        self._inflight = InFlight()
+        config["on_delivery"] = self._inflight.report  # one callback for every message
         self._producer = kafka.Producer(config)
         self._kafka = kafka
         self._sends: Any = None  # made by the first send (on the event loop)
-        self._inflight = InFlight()
-        self._queues = self._inflight.queues
         self._lanes: dict[str, list[Any]] = {}  # each topic's unkeyed lane (InFlight.lane)
         # ``_order`` makes a send's place in its partition's FIFO its place in librdkafka's
         # queue (taken around both); ``_serving`` lets one thread at a time serve reports, so
         # a partition's reports are matched in the order librdkafka gives them.
         self._order = threading.Lock()
         self._serving = threading.Lock()
-        self._failures: deque[tuple[Sends, int, BaseException]] = deque()
+        self._failures = self._inflight.failures
         self._served_at = 0.0  # when a send last served the reports (_serve_inline)
         self._closed = False
         self._stop = threading.Event()
@@ -141,38 +138,15 @@ class AsyncKafkaProducer:
             left: int = self._producer.flush(timeout)
         return left
 
-    def _delivered(self, err: Any, msg: Any) -> None:
-        # A success is the oldest send in flight of its partition (kafka/inflight.py), taken
-        # and recorded here inline, without a lock (``Sends.deliver``); a failure is searched
-        # for, and its error set by _apply_failures, outside librdkafka's callback.
-        if err is None:
-            partition = msg.partition()
-            queues = self._inflight.only  # a producer sending to one topic: no name to read
-            if queues is None:
-                queues = self._queues.get(msg.topic())
-            if queues is not None and partition < len(queues):
-                entries = queues[partition]
-                if entries:
-                    sends, index = entries.popleft(), entries.popleft()
-                    entries.popleft()
-                    entries.popleft()
-                    sends._results[index] = position = (partition, msg.offset())
-                    if sends._waited:  # someone waits on a send of this group: Sends.deliver
-                        sends.deliver(index, position)
-            return
-        send = self._inflight.failed(msg.topic(), msg.partition(), msg.value(), msg.key())
-        if send is not None:
-            error = translate(self._kafka.KafkaException(err), "producing", self._admin.where)
-            self._failures.append((send[0], send[1], error))
-
     def _apply_failures(self) -> None:
         failures = self._failures
         while failures:
             try:
-                sends, index, error = failures.popleft()
+                sends, index, err = failures.popleft()
             except IndexError:
                 break
-            sends.set_exception(index, error)
+            exc = self._kafka.KafkaException(err)
+            sends.set_exception(index, translate(exc, "producing", self._admin.where))
 
     async def send(
         self,
