@@ -248,7 +248,8 @@ def test_a_benchmarks_worker_process_stops_when_the_benchmark_dies(dsn: str) -> 
             "os._exit(0)  # killed: no stop_worker_process\n",
             dsn,
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # else an orphaned worker would hold it open
         text=True,
         timeout=120,
         check=True,
