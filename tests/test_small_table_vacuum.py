@@ -5,15 +5,18 @@ makes the dead rows on purpose and reads them back from pg_stat_user_tables."""
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 import psycopg
+import pytest
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 import postroom
 from postroom._acompat import Event
 from postroom._db import Database
+from postroom._maintenance import PINNED_WARN_EVERY, PinnedHorizon, pinned_horizon_warning
 from postroom._retention import RetentionRunner
 from postroom.queue.vacuum import SMALL_VACUUM_MIN_DEAD, Vacuum, needs_vacuum
 
@@ -120,6 +123,57 @@ def test_the_workers_vacuum_the_queues_small_tables_past_the_threshold(
         wait_for(lambda: stats(dsn, "job_limits")[1] > before, 10, "job_limits's VACUUM")
         assert stats(dsn, "job_limits")[0] < SMALL_VACUUM_MIN_DEAD
         assert vacuum.vacuum_if_needed() == []
+
+
+def test_a_vacuum_held_back_by_an_open_transaction_names_its_session(
+    client: postroom.Client, dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Behind a pinned horizon VACUUM removes nothing (docs/queue.md, 'Not under a pinned
+    horizon'): the worker's vacuum says which session holds it, once for that session, and
+    says nothing once that transaction has ended and VACUUM could remove the rows."""
+
+    def pinned_warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "VACUUM left" in r.getMessage()]
+
+    with psycopg.connect(dsn) as pin:
+        pid = pin.info.backend_pid
+        pin.execute("SELECT txid_current()")  # an XID, then idle in transaction
+        churn(dsn, "PERFORM postroom.set_job_limit('kind', 'k', i, NULL, NULL)")
+        wait_for(lambda: stats(dsn, "job_limits")[0] > SMALL_VACUUM_MIN_DEAD, 10, "stats")
+        with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+            vacuum = Vacuum(Database(pool, dsn, "postroom"), interval=60, stopping=Event())
+            with caplog.at_level(logging.WARNING, logger="postroom.worker"):
+                assert vacuum.vacuum_if_needed() == ["job_limits"]
+                assert vacuum.vacuum_if_needed() == ["job_limits"]  # nothing removed again
+                (warning,) = pinned_warnings()  # once for one session
+                assert f"session pid {pid} (idle in transaction, its transaction since" in warning
+                assert "dead rows in job_limits" in warning
+                assert "idle_in_transaction_session_timeout" in warning
+                assert stats(dsn, "job_limits")[0] > SMALL_VACUUM_MIN_DEAD
+                pin.rollback()
+                caplog.clear()
+                assert vacuum.vacuum_if_needed() == ["job_limits"]
+                assert pinned_warnings() == []
+                assert stats(dsn, "job_limits")[0] < SMALL_VACUUM_MIN_DEAD
+
+
+def test_a_pinned_horizon_is_warned_of_once_per_session_every_five_minutes() -> None:
+    pinned = PinnedHorizon()
+    holder = (42, 7_000, "idle in transaction", None, "psql")
+    assert pinned.warning({"jobs": 20_000}, holder, now=0.0) is not None
+    assert pinned.warning({"jobs": 30_000}, holder, now=PINNED_WARN_EVERY - 1) is None
+    assert pinned.warning({"jobs": 30_000}, holder, now=PINNED_WARN_EVERY) is not None
+    other = (43, 9_000, None, None, None)
+    assert pinned.warning({"jobs": 40_000}, other, now=PINNED_WARN_EVERY + 1) is not None
+    assert pinned.warning({"jobs": 40_000}, None, now=PINNED_WARN_EVERY + 2) is not None
+
+
+def test_the_pinned_horizon_warning_without_a_visible_session() -> None:
+    text = pinned_horizon_warning({"jobs": 586_144, "job_limits": 1_200}, None)
+    assert text.startswith("VACUUM left 1,200 dead rows in job_limits, 586,144 dead rows in jobs")
+    assert "pg_prepared_xacts" in text and "pg_replication_slots" in text
+    hidden = pinned_horizon_warning({"jobs": 20_000}, (42, 7_000, None, None, ""))
+    assert "session pid 42 holds a transaction 7,000 transaction IDs old" in hidden
 
 
 def test_which_tables_need_a_vacuum() -> None:

@@ -56,6 +56,69 @@ sequences, dependencies, pauses)."""
 BIG_TABLES = frozenset({"jobs", "finished_jobs"})
 
 
+PINNED_WARN_EVERY = 300.0
+"""Seconds between two warnings of a pinned vacuum horizon held by the same session."""
+
+
+class PinnedHorizon:
+    """When to warn of a pinned vacuum horizon: at the first sight of a session holding it,
+    and again every ``PINNED_WARN_EVERY`` seconds while the same one does."""
+
+    def __init__(self) -> None:
+        self._warned: tuple[Any, float] | None = None  # the holder last warned of, and when
+
+    def warning(
+        self, left: dict[str, int], holder: tuple[Any, ...] | None, now: float
+    ) -> str | None:
+        """The warning to log now (``pinned_horizon_warning``), or None if it was logged for
+        this holder less than ``PINNED_WARN_EVERY`` seconds ago."""
+        pid = None if holder is None else holder[0]
+        if self._warned is not None:
+            warned_pid, at = self._warned
+            if warned_pid == pid and now - at < PINNED_WARN_EVERY:
+                return None
+        self._warned = (pid, now)
+        return pinned_horizon_warning(left, holder)
+
+
+def pinned_horizon_warning(left: dict[str, int], holder: tuple[Any, ...] | None) -> str:
+    """What to log when VACUUM left the queue tables' dead rows (``left``: table to dead rows
+    still there) because a transaction holds the vacuum horizon. ``holder`` is the oldest
+    session's row (pid, XID age, state, transaction start, application name; state and start
+    None where the role may not see them), None if no session this role can see holds one.
+
+        pinned_horizon_warning({"jobs": 586_144}, (1396, 120_000, "idle in transaction",
+                               None, "psql"))
+        # -> "VACUUM left 586,144 dead rows in jobs: session pid 1396 (idle in ..."
+    """
+    rows = ", ".join(f"{dead:,} dead rows in {table}" for table, dead in sorted(left.items()))
+    if holder is None:
+        who = (
+            "no session this role can see holds an old transaction: look for a prepared "
+            "transaction (pg_prepared_xacts), a replication slot (pg_replication_slots) or a "
+            "standby's hot_standby_feedback"
+        )
+    else:
+        pid, age, state, started, application = holder
+        seen = []
+        if state:
+            seen.append(str(state))
+        if started is not None:
+            seen.append(f"its transaction since {started.isoformat(timespec='seconds')}")
+        if application:
+            seen.append(f"application {application!r}")
+        detail = f" ({', '.join(seen)})" if seen else ""
+        who = (
+            f"session pid {pid}{detail} holds a transaction {age:,} transaction IDs old, so "
+            "no row deleted or updated since it began can be removed"
+        )
+    return (
+        f"VACUUM left {rows}: {who}. Claims slow down while it lasts (each walks the entries "
+        "of every job claimed since); end that transaction, or set "
+        "idle_in_transaction_session_timeout (docs/queue.md, 'Not under a pinned horizon')"
+    )
+
+
 def needs_vacuum(table: str, dead: int, live: int) -> bool:
     """Whether ``table``'s dead rows call for a VACUUM, whatever autovacuum does: more than a
     fifth of its live rows, and more than ``VACUUM_MIN_DEAD`` (big tables) or

@@ -275,6 +275,21 @@ WHERE c.oid IN ('{schema}.jobs'::regclass, '{schema}.finished_jobs'::regclass,
                 '{schema}.queue_pauses'::regclass)
 ORDER BY c.relname;
 
+-- name: vacuum_horizon_holder
+-- The session of this database (or a WAL sender) whose transaction ID or snapshot is the
+-- oldest: what keeps VACUUM from removing dead rows. Every snapshot taken meanwhile has the
+-- same xmin (that transaction's ID), so on a tie the session holding an XID comes first, then
+-- the oldest transaction. Its pid and how many transactions old its horizon is are shown to
+-- every role; its state and since when are NULL where this role may not see them.
+SELECT a.pid, greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age, a.state,
+       a.xact_start, a.application_name
+FROM pg_stat_activity a
+WHERE (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+  AND a.pid <> pg_backend_pid()
+  AND (a.datname = current_database() OR a.datname IS NULL)
+ORDER BY xid_age DESC, a.backend_xid IS NOT NULL DESC, a.xact_start NULLS LAST
+LIMIT 1;
+
 -- name: try_vacuum_lock
 -- Session advisory lock (try, no wait) electing the one worker that vacuums this schema now.
 SELECT pg_try_advisory_lock(hashtext('postroom.vacuum'), hashtext(%(schema)s));

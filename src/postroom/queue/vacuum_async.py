@@ -6,17 +6,24 @@ elects it) vacuums a table once its dead rows exceed a fifth of its live rows an
 finished_jobs) or 1,000 (the small tables claims and ticks update: job_limits, job_schedules,
 job_sequences, job_dependencies, queue_pauses, where a thousand dead rows are many pages for a
 few live ones); VACUUM takes a lock that lets claims and writes go on.
+
+When a VACUUM leaves a table's dead rows above that line, a transaction holds the vacuum
+horizon (an idle-in-transaction session, a long report): the worker logs a warning naming the
+oldest session (``_maintenance.PinnedHorizon``: once, then every five minutes while the same
+session holds it).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import psycopg
 
 from .._acompat import AEvent
 from .._db_async import AsyncDatabase
 from .._maintenance import SMALL_VACUUM_MIN_DEAD as SMALL_VACUUM_MIN_DEAD
+from .._maintenance import PinnedHorizon
 from .._maintenance import needs_vacuum as needs_vacuum
 from .._periodic_async import AsyncPeriodic
 
@@ -43,6 +50,7 @@ class AsyncVacuum(AsyncPeriodic):
 
     def __init__(self, db: AsyncDatabase, *, interval: float, stopping: AEvent) -> None:
         super().__init__(db, interval=interval, stopping=stopping, log=log)
+        self._pinned = PinnedHorizon()
 
     async def prepare(self) -> bool:
         try:
@@ -78,6 +86,18 @@ class AsyncVacuum(AsyncPeriodic):
             try:
                 for name in wanted:
                     await conn.execute(self._db.q(VACUUMS[name]), prepare=False)
+                cur = await conn.execute(self._db.q("queue_dead_tuples"))
+                left = {
+                    name: dead
+                    for name, dead, live in await cur.fetchall()
+                    if name in wanted and needs_vacuum(name, dead, live)
+                }
+                if left:  # VACUUM could not remove them: the horizon is held
+                    cur = await conn.execute(self._db.q("vacuum_horizon_holder"))
+                    holder = await cur.fetchone()
+                    warning = self._pinned.warning(left, holder, time.monotonic())
+                    if warning is not None:
+                        log.warning("%s", warning)
             finally:
                 await conn.execute(self._db.q("vacuum_unlock"), lock)
         return wanted
