@@ -38,16 +38,21 @@ def test_every_card_draws_a_sparkline_and_the_live_view_keeps_them(
     page.wait_for_function(ALL_DRAWN)
     picks = page.eval_on_selector_all("a.card figure.spark", "fs => fs.map(f => f.dataset.pick)")
     assert picks == SPARKS
-    # Each canvas laid out at 140 x 20-40 px. Waited for, not read at once: the live view may
-    # swap the cards in anew just then, and a canvas read before its layout is 0 x 0 (seen
-    # once in a loaded CI run: [[140, 32], [140, 32], [140, 32], [0, 0], [140, 32]]).
-    page.wait_for_function(
-        "[...document.querySelectorAll('figure.spark canvas')].every(c => c.clientWidth == 140"
-        " && c.clientHeight >= 20 && c.clientHeight <= 40)"
-    )
-    sizes = page.eval_on_selector_all(
-        "figure.spark canvas", "cs => cs.map(c => [c.clientWidth, c.clientHeight])"
-    )
+    # Each card's canvas laid out at 140 x 20-40 px, checked and read in one evaluation: the
+    # live view may swap the cards in anew at any moment, and a card caught mid-swap has no
+    # canvas yet or one of 0 x 0 (both seen in loaded CI runs).
+    sizes = page.wait_for_function(
+        """count => {
+            const figures = [...document.querySelectorAll('figure.spark')];
+            const sizes = figures.map(f => {
+                const c = f.querySelector('canvas');
+                return c ? [c.clientWidth, c.clientHeight] : null;
+            });
+            const laid = sizes.every(s => s && s[0] == 140 && s[1] >= 20 && s[1] <= 40);
+            return figures.length == count && laid ? sizes : null;
+        }""",
+        arg=len(SPARKS),
+    ).json_value()
     assert len(sizes) == len(SPARKS)
     assert all(w == 140 and 20 <= h <= 40 for w, h in sizes), sizes
     page.wait_for_function(
