@@ -88,13 +88,18 @@ def test_killed_worker_jobs_run_again_after_the_lease_expires(
 def test_a_running_job_is_never_handed_to_a_second_worker(
     dsn: str, client: postroom.Client, workers: list[WorkerProcess], runs: Signals
 ) -> None:
-    # The job runs for 4 leases; heartbeats keep it with its worker while two others poll.
-    workers.extend(WorkerProcess(dsn, "--lease", "0.5") for _ in range(3))
-    job = client.enqueue("slow", {"n": 7, "seconds": 2.0})
+    # The job runs for 2 leases; heartbeats keep it with its worker while two others poll. A
+    # beat comes every 1/15 lease: only a 1.4 s stall or a real double claim fails this. (A lease
+    # of 0.5 s beaten every 0.125 s saw two starts in a loaded CI run, most likely a stall.)
+    workers.extend(WorkerProcess(dsn, "--lease", "1.5", "--heartbeat", "0.1") for _ in range(3))
+    job = client.enqueue("slow", {"n": 7, "seconds": 3.0})
     assert [p.split(":")[1] for p in runs.wait(2, what="the start and the end")] == ["start", "end"]
     assert job.result(timeout=30) is None
     phases = [phase for (phase,) in query(dsn, "SELECT phase FROM runs ORDER BY seq")]
-    assert phases == ["start", "end"]
+    if phases != ["start", "end"]:  # the workers' logs say whether a lease was lost
+        for worker in workers:
+            worker.proc.send_signal(signal.SIGTERM)
+        pytest.fail(f"{phases}: {[w.proc.communicate(timeout=30)[1] for w in workers]}")
     assert client.get_job(job.id).attempts == 1
 
 

@@ -21,6 +21,7 @@ parser.add_argument("--queue", action="append")
 parser.add_argument("--concurrency", type=int, default=4)
 parser.add_argument("--prefetch", type=int, default=0)
 parser.add_argument("--lease", type=float, default=2.0)
+parser.add_argument("--heartbeat", type=float, default=None, help="default: lease/4")
 parser.add_argument("--grace", type=float, default=10.0)
 parser.add_argument("--limit", type=int, default=None)
 parser.add_argument("--rate", type=float, default=None)
@@ -80,7 +81,7 @@ worker = client.worker(
     concurrency=options.concurrency,
     prefetch=options.prefetch,
     lease=options.lease,
-    heartbeat=options.lease / 4,
+    heartbeat=options.heartbeat or options.lease / 4,
     rescue_interval=options.lease / 4,
     poll_interval=0.2,
     shutdown_grace=options.grace,
