@@ -61,45 +61,57 @@ PINNED_WARN_EVERY = 300.0
 
 
 class PinnedHorizon:
-    """When to warn of a pinned vacuum horizon: at the first sight of a session holding it,
-    and again every ``PINNED_WARN_EVERY`` seconds while the same one does."""
+    """When to warn of a pinned vacuum horizon: when what holds it held it before the VACUUM
+    began, at the first sight of it, and again every ``PINNED_WARN_EVERY`` seconds while the
+    same one does."""
 
     def __init__(self) -> None:
         self._warned: tuple[Any, float] | None = None  # the holder last warned of, and when
 
     def warning(
-        self, left: dict[str, int], holder: tuple[Any, ...] | None, now: float
+        self, left: dict[str, int], holder: tuple[Any, ...] | None, now: float, *, since: int
     ) -> str | None:
-        """The warning to log now (``pinned_horizon_warning``), or None if it was logged for
-        this holder less than ``PINNED_WARN_EVERY`` seconds ago."""
-        pid = None if holder is None else holder[0]
+        """The warning to log now (``pinned_horizon_warning``), or None: nothing holds a
+        horizon older than the VACUUM (``since``: the transaction IDs used since it began), or
+        it was logged for this holder less than ``PINNED_WARN_EVERY`` seconds ago.
+
+        Why the age: rows deleted while a VACUUM runs are left by it whatever the horizon (at
+        20,000 jobs a second, ten thousand in half a second), and the oldest transaction then
+        is any claim in flight, a few transaction IDs old; naming it would blame a busy queue's
+        own traffic. A transaction that holds the horizon since before the VACUUM began is the
+        one that kept it from removing rows."""
+        if holder is None or holder[1] is None or holder[1] <= since:
+            return None
+        key = holder[0] if holder[0] is not None else holder[2]
         if self._warned is not None:
-            warned_pid, at = self._warned
-            if warned_pid == pid and now - at < PINNED_WARN_EVERY:
+            warned, at = self._warned
+            if warned == key and now - at < PINNED_WARN_EVERY:
                 return None
-        self._warned = (pid, now)
+        self._warned = (key, now)
         return pinned_horizon_warning(left, holder)
 
 
-def pinned_horizon_warning(left: dict[str, int], holder: tuple[Any, ...] | None) -> str:
+def pinned_horizon_warning(left: dict[str, int], holder: tuple[Any, ...]) -> str:
     """What to log when VACUUM left the queue tables' dead rows (``left``: table to dead rows
-    still there) because a transaction holds the vacuum horizon. ``holder`` is the oldest
-    session's row (pid, XID age, state, transaction start, application name; state and start
-    None where the role may not see them), None if no session this role can see holds one.
+    still there) because something holds the vacuum horizon. ``holder`` is its row (pid, XID
+    age, state, transaction start, application name): a session's (state and start None where
+    the role may not see them), or a prepared transaction's or a replication slot's (pid None,
+    what it is in ``state``).
 
         pinned_horizon_warning({"jobs": 586_144}, (1396, 120_000, "idle in transaction",
                                None, "psql"))
         # -> "VACUUM left 586,144 dead rows in jobs: session pid 1396 (idle in ..."
     """
     rows = ", ".join(f"{dead:,} dead rows in {table}" for table, dead in sorted(left.items()))
-    if holder is None:
-        who = (
-            "no session this role can see holds an old transaction: look for a prepared "
-            "transaction (pg_prepared_xacts), a replication slot (pg_replication_slots) or a "
-            "standby's hot_standby_feedback"
+    pid, age, state, started, application = holder
+    if pid is None:  # a prepared transaction or a replication slot
+        who = f"{state} holds the horizon {age:,} transaction IDs back"
+        fix = (
+            "COMMIT PREPARED or ROLLBACK PREPARED it"
+            if str(state).startswith("prepared")
+            else "let its consumer catch up, or drop the slot"
         )
     else:
-        pid, age, state, started, application = holder
         seen = []
         if state:
             seen.append(str(state))
@@ -108,14 +120,12 @@ def pinned_horizon_warning(left: dict[str, int], holder: tuple[Any, ...] | None)
         if application:
             seen.append(f"application {application!r}")
         detail = f" ({', '.join(seen)})" if seen else ""
-        who = (
-            f"session pid {pid}{detail} holds a transaction {age:,} transaction IDs old, so "
-            "no row deleted or updated since it began can be removed"
-        )
+        who = f"session pid {pid}{detail} holds a transaction {age:,} transaction IDs old"
+        fix = "end that transaction, or set idle_in_transaction_session_timeout"
     return (
-        f"VACUUM left {rows}: {who}. Claims slow down while it lasts (each walks the entries "
-        "of every job claimed since); end that transaction, or set "
-        "idle_in_transaction_session_timeout (docs/queue.md, 'Not under a pinned horizon')"
+        f"VACUUM left {rows}: {who}, so no row deleted or updated since it began can be "
+        f"removed. Claims slow down while it lasts (each walks the entries of every job "
+        f"claimed since); {fix} (docs/queue.md, 'Not under a pinned horizon')"
     )
 
 

@@ -275,19 +275,42 @@ WHERE c.oid IN ('{schema}.jobs'::regclass, '{schema}.finished_jobs'::regclass,
                 '{schema}.queue_pauses'::regclass)
 ORDER BY c.relname;
 
+-- name: vacuum_next_xid
+-- The first transaction ID not yet completed, taken before a VACUUM (assigns none): a horizon
+-- held since before the VACUUM is older (vacuum_horizon_holder's vacuum_age).
+SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
+
 -- name: vacuum_horizon_holder
--- The session of this database (or a WAL sender) whose transaction ID or snapshot is the
--- oldest: what keeps VACUUM from removing dead rows. Every snapshot taken meanwhile has the
--- same xmin (that transaction's ID), so on a tie the session holding an XID comes first, then
--- the oldest transaction. Its pid and how many transactions old its horizon is are shown to
--- every role; its state and since when are NULL where this role may not see them.
-SELECT a.pid, greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age, a.state,
-       a.xact_start, a.application_name
-FROM pg_stat_activity a
-WHERE (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
-  AND a.pid <> pg_backend_pid()
-  AND (a.datname = current_database() OR a.datname IS NULL)
-ORDER BY xid_age DESC, a.backend_xid IS NOT NULL DESC, a.xact_start NULLS LAST
+-- What holds the oldest horizon of this database, and so keeps VACUUM from removing dead rows:
+-- a session of this database or a WAL sender (a standby's feedback) by its transaction ID or
+-- snapshot, a prepared transaction, or a replication slot. Every snapshot taken meanwhile has
+-- the same xmin (the oldest transaction's ID), so on a tie the one holding an XID comes first,
+-- then the oldest transaction. A session's pid and how many transactions old its horizon is are
+-- shown to every role; its state and since when are NULL where this role may not see them. A
+-- prepared transaction or a slot has no pid: what it is is in ``state``. ``vacuum_age``: the age
+-- of %(began)s (vacuum_next_xid before the VACUUM), measured as the holder's in one statement.
+SELECT h.pid, h.xid_age, h.state, h.xact_start, h.application_name,
+       age(((%(began)s::bigint %% 4294967296)::text)::xid) AS vacuum_age
+FROM (
+    SELECT a.pid, greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age, a.state,
+           a.xact_start, a.application_name, a.backend_xid IS NOT NULL AS has_xid
+    FROM pg_stat_activity a
+    WHERE (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+      AND a.pid <> pg_backend_pid()
+      AND (a.datname = current_database() OR a.backend_type = 'walsender')
+    UNION ALL
+    SELECT NULL, age(p.transaction), format('prepared transaction %%L', p.gid), p.prepared,
+           NULL, true
+    FROM pg_prepared_xacts p
+    WHERE p.database = current_database()
+    UNION ALL
+    SELECT NULL, greatest(age(s.xmin), age(s.catalog_xmin)),
+           format('replication slot %%L', s.slot_name), NULL, NULL, true
+    FROM pg_replication_slots s
+    WHERE (s.xmin IS NOT NULL OR s.catalog_xmin IS NOT NULL)
+      AND (s.database = current_database() OR s.database IS NULL)
+) h
+ORDER BY h.xid_age DESC, h.has_xid DESC, h.xact_start NULLS LAST
 LIMIT 1;
 
 -- name: try_vacuum_lock

@@ -7,10 +7,12 @@ finished_jobs) or 1,000 (the small tables claims and ticks update: job_limits, j
 job_sequences, job_dependencies, queue_pauses, where a thousand dead rows are many pages for a
 few live ones); VACUUM takes a lock that lets claims and writes go on.
 
-When a VACUUM leaves a table's dead rows above that line, a transaction holds the vacuum
-horizon (an idle-in-transaction session, a long report): the worker logs a warning naming the
-oldest session (``_maintenance.PinnedHorizon``: once, then every five minutes while the same
-session holds it).
+When a VACUUM leaves a table's dead rows above that line and what holds the oldest horizon
+held it since before the VACUUM began (an idle-in-transaction session, a long report, a
+prepared transaction, a replication slot), the worker logs a warning naming it
+(``_maintenance.PinnedHorizon``: once, then every five minutes while the same one holds it).
+Rows deleted during the VACUUM are left whatever the horizon: a busy queue's own claims are
+not named.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class AsyncVacuum(AsyncPeriodic):
             if not (row and row[0]):
                 return []  # another worker is vacuuming
             try:
+                cur = await conn.execute(self._db.q("vacuum_next_xid"))
+                began = (await cur.fetchone() or (0,))[0]
                 for name in wanted:
                     await conn.execute(self._db.q(VACUUMS[name]), prepare=False)
                 cur = await conn.execute(self._db.q("queue_dead_tuples"))
@@ -92,10 +96,11 @@ class AsyncVacuum(AsyncPeriodic):
                     for name, dead, live in await cur.fetchall()
                     if name in wanted and needs_vacuum(name, dead, live)
                 }
-                if left:  # VACUUM could not remove them: the horizon is held
-                    cur = await conn.execute(self._db.q("vacuum_horizon_holder"))
-                    holder = await cur.fetchone()
-                    warning = self._pinned.warning(left, holder, time.monotonic())
+                if left:  # VACUUM could not remove them: is the horizon held?
+                    cur = await conn.execute(self._db.q("vacuum_horizon_holder"), {"began": began})
+                    row = await cur.fetchone()
+                    holder, since = (None, 0) if row is None else (row[:5], row[5])
+                    warning = self._pinned.warning(left, holder, time.monotonic(), since=since)
                     if warning is not None:
                         log.warning("%s", warning)
             finally:
