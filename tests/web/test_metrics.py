@@ -154,3 +154,26 @@ def test_every_series_the_grafana_board_queries_exists(
     for name in queried:
         family = re.sub(r"_(bucket|count|sum|total)$", "", name)
         assert family in declared or name in SERIES, name
+
+
+def test_dead_tuples_and_the_vacuum_horizon_age_are_exposed(
+    serve: Callable[..., DashboardServer], dsn: str, client: postroom.Client
+) -> None:
+    """What a pinned horizon looks like from /metrics (docs/queue.md, 'Not under a pinned
+    horizon'): the horizon's age grows with every transaction after the pin, and the dead rows
+    of a table show up; once the pin ends, the age falls back."""
+    server = serve()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE postroom.jobs SET (autovacuum_enabled = false)")
+    with psycopg.connect(dsn) as pin:
+        pin.execute("SELECT txid_current()")  # an XID, then idle in transaction
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(20):  # twenty transactions after the pin, each with an XID
+                conn.execute("SELECT txid_current()")
+            ids = [client.enqueue("noop", {}).id for _ in range(30)]
+            conn.execute("DELETE FROM postroom.jobs WHERE id = ANY(%s)", [ids])
+            conn.execute("SELECT pg_stat_force_next_flush()")
+        samples = scrape(server)
+        assert value(samples, "postroom_vacuum_horizon_age_xids") >= 20
+        assert value(samples, "postroom_table_dead_tuples", table="jobs") >= 30
+    assert value(scrape(server), "postroom_vacuum_horizon_age_xids") < 20

@@ -120,6 +120,15 @@ CROSS JOIN LATERAL (
 ) o
 WHERE o.run_at IS NOT NULL;
 
+-- name: web_dead_tuples
+-- Dead row versions per table of the schema (the statistics' estimates, no locks): the queue's
+-- and the log's hot tables gather them without bound while something pins the vacuum horizon
+-- (docs/queue.md, 'Not under a pinned horizon'; the horizon's age: vacuum_horizon_holder).
+SELECT s.relname, s.n_dead_tup
+FROM pg_stat_user_tables s
+WHERE s.schemaname = %(schema)s
+ORDER BY s.relname;
+
 -- name: web_paused
 -- Paused queues with the time they were paused (no locks).
 SELECT queue, paused_at FROM {schema}.queue_pauses ORDER BY queue;

@@ -46,6 +46,8 @@ SERIES = (
     "postroom_relay_pending",
     "postroom_relay_oldest_pending_seconds",
     "postroom_relay_sink_error_timestamp_seconds",
+    "postroom_table_dead_tuples",
+    "postroom_vacuum_horizon_age_xids",
     "postroom_up",
 )
 
@@ -154,6 +156,21 @@ async def _queue_families(d: Dashboard) -> list[Metric]:
     )
     for queue, seconds in await d.store.rows("web_oldest_ready"):
         oldest.add_metric([queue], seconds)
+    dead = GaugeMetricFamily(
+        "postroom_table_dead_tuples",
+        "Dead row versions per table of the schema (the statistics' estimate)",
+        labels=["table"],
+    )
+    for table, n in await d.store.rows("web_dead_tuples", {"schema": d.store.schema}):
+        dead.add_metric([table], n)
+    horizon = GaugeMetricFamily(
+        "postroom_vacuum_horizon_age_xids",
+        "Transaction IDs since the oldest horizon of the database (a transaction, snapshot, "
+        "prepared transaction or replication slot): VACUUM removes no row deleted since",
+        labels=[],
+    )
+    holder = await d.store.rows("vacuum_horizon_holder", {"began": None})
+    horizon.add_metric([], holder[0][1] if holder and holder[0][1] is not None else 0)
     paused = GaugeMetricFamily("postroom_queue_paused", "1 if a queue is paused", labels=["queue"])
     for queue, _at in await d.store.rows("web_paused"):
         paused.add_metric([queue], 1)
@@ -200,7 +217,7 @@ async def _queue_families(d: Dashboard) -> list[Metric]:
             cumulative += n
             buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
         run.add_metric([queue], buckets, totals.run_sum[queue])
-    return [jobs, oldest, paused, workers, finished, failed, retried, run]
+    return [jobs, oldest, dead, horizon, paused, workers, finished, failed, retried, run]
 
 
 async def render(d: Dashboard) -> bytes:

@@ -21,7 +21,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from postroom import _sql
 
-_QUERIES = _sql.load_queries("web.sql")
+_QUERIES = {
+    **_sql.load_queries("web.sql"),
+    # What holds the oldest vacuum horizon, as the workers' vacuum names it in its warning.
+    "vacuum_horizon_holder": _sql.load_queries("queue.sql")["vacuum_horizon_holder"],
+}
 
 # Above this many rows (planner estimate) a table's counts come from a bounded sample.
 EXACT_COUNT_LIMIT = 200_000
