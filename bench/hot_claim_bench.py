@@ -33,8 +33,10 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 import postroom
+from postroom.benchmarks.queue_references import _drain
 
 SCHEMA = "postroom_layouts"
 LAYOUTS = ("jobs", "hot", "hot-domains")
@@ -122,23 +124,14 @@ def claim_sql(layout: str) -> str:
 
 
 def drain(url: str, layout: str, jobs: int, batch: int) -> float:
-    """The claim + delete loop until the claim finds nothing; returns jobs/s."""
-    claim = claim_sql(layout)
-    delete = f"DELETE FROM {table(layout)} WHERE id = ANY(%s)"
+    """The jobs-table reference's claim + delete loop (``queue_references._drain``) until the
+    claim finds nothing; returns jobs/s."""
+    claim = sql.SQL(claim_sql(layout))
+    delete = sql.SQL(f"DELETE FROM {table(layout)} WHERE id = ANY(%s)")
     with psycopg.connect(url) as conn:
         conn.execute("SET synchronous_commit = off")
         conn.commit()
-        drained = 0
-        started = time.perf_counter()
-        while True:
-            rows = conn.execute(claim, (batch,)).fetchall()
-            conn.commit()
-            if not rows:
-                break
-            conn.execute(delete, ([r[0] for r in rows],))
-            conn.commit()
-            drained += len(rows)
-        elapsed = time.perf_counter() - started
+        drained, elapsed = _drain(conn, sql.Composed([claim]), sql.Composed([delete]), batch)
     assert drained == jobs, (layout, drained, jobs)
     return jobs / elapsed
 
