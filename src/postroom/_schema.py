@@ -25,7 +25,7 @@ GRANTS: dict[str, tuple[str, ...]] = {
     "consumer": ("grant_consumer", "grant_inbox", "grant_consumer_0021", "grant_consumer_0037"),
     "admin": ("grant_admin",),
     "enqueuer": ("grant_enqueuer",),
-    "worker": ("grant_worker", "grant_worker_0038"),
+    "worker": ("grant_worker", "grant_worker_0038", "grant_worker_0039"),
 }
 """The named grant statements (``_sql/grants.sql``) each capability needs. One named
 ``..._NNNN`` grants what migration NNNN created: ``grant()`` skips it until NNNN is applied."""

@@ -93,7 +93,10 @@ class Seeds:
     def claim(self, conn: Conn, q: str, fallback: bool = False) -> tuple[int, uuid.UUID]:
         """A claim of a ready job of q by ``conn``'s role; with ``fallback``, by the owner if
         the role may claim in no queue (to probe write-backs on their own)."""
-        claim = "SELECT id, claim_token FROM postroom.claim_jobs(ARRAY[%s], 1, 'w', '1 hour')"
+        claim = (  # the worker's claim (migration 0039), its queue's floor below every job
+            "SELECT id, claim_token FROM postroom.claim_jobs(ARRAY[%s], 1, 'w', '1 hour',"
+            " ARRAY[0]::smallint[], ARRAY['-infinity']::timestamptz[])"
+        )
         try:
             row = conn.execute(claim.encode(), [q]).fetchone()
         except DENIED:
@@ -191,6 +194,14 @@ PROBES: dict[str, Callable[[Conn, Seeds, str], bool]] = {
         == [("done", "secret", None)]
     ),
     "claim_jobs": lambda c, s, q: s.claim(c, q)[0] == s.ready[q],
+    "jobs_below_floors": lambda c, s, q: (
+        c.execute(
+            b"SELECT queue FROM postroom.jobs_below_floors(ARRAY[%s], ARRAY[0]::smallint[],"
+            b" ARRAY[now()]::timestamptz[])",
+            [q],
+        ).fetchall()
+        == [(q,)]
+    ),
     "complete_jobs_*": write_backs,
     "rescue_expired_jobs": lambda c, s, q: (
         ran(c, "SELECT postroom.rescue_expired_jobs(100)") and s.state(s.expired[q]) == "ready"

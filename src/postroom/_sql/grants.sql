@@ -119,6 +119,14 @@ GRANT EXECUTE ON FUNCTION
     {schema}.prune_workers(interval)
 TO {role};
 
+-- name: grant_worker_0039
+-- The worker capability's rights of migration 0039: claim from a floor, and find the jobs
+-- below a floor (in the queues of the role's scope only, as every claim). No table rights.
+GRANT EXECUTE ON FUNCTION
+    {schema}.claim_jobs(text[], integer, text, interval, smallint[], timestamptz[]),
+    {schema}.jobs_below_floors(text[], smallint[], timestamptz[])
+TO {role};
+
 -- name: grant_groups
 -- Lets role %(role)s use consumer groups %(groups)s ('*': take any group nobody holds yet)
 -- alongside the roles that hold them already (grant_groups checks the caller is an admin; row

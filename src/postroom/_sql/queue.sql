@@ -63,15 +63,25 @@ SELECT parent_id FROM {schema}.job_dependencies WHERE job_id = %(id)s ORDER BY p
 
 -- name: claim_jobs
 -- Claims up to %(limit)s due jobs of the queues for this worker under a lease (the claim_jobs
--- SQL function: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits exist). Sorted in
--- claim order: UPDATE ... RETURNING gives rows in the order it wrote them, and the worker
--- starts a prefetched batch in the order it comes. The arguments come as JSON text: the
--- worker decodes them once, in the slot that runs the job (Serializer.loads). meta: the
--- job's metadata (migration 0035: the trace context of its enqueue), NULL for most jobs.
+-- SQL function of migration 0039: FOR UPDATE SKIP LOCKED; limit rows FOR UPDATE when limits
+-- exist), each queue's scan starting at its floor (NULL: the whole queue; docs/queue.md
+-- "Claim floors"). Sorted in claim order: UPDATE ... RETURNING gives rows in the order it
+-- wrote them, and the worker starts a prefetched batch in the order it comes. The arguments
+-- come as JSON text: the worker decodes them once, in the slot that runs the job
+-- (Serializer.loads). meta: the job's metadata (migration 0035: the trace context of its
+-- enqueue), NULL for most jobs. priority last: the worker's next floor, not part of the job.
 SELECT id, queue, kind, args::text, attempts, max_attempts, created_at, run_at,
-       claim_token::text, meta
-FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval)
+       claim_token::text, meta, priority
+FROM {schema}.claim_jobs(%(queues)s::text[], %(limit)s, %(worker)s, %(lease)s::interval,
+                         %(floor_priorities)s::smallint[], %(floor_run_ats)s::timestamptz[])
 ORDER BY priority, run_at, id;
+
+-- name: jobs_below_floors
+-- For each queue whose floor is given, the run_at of the earliest due ready job below it,
+-- if any (the jobs_below_floors SQL function: no locks).
+SELECT queue, run_at
+FROM {schema}.jobs_below_floors(%(queues)s::text[], %(floor_priorities)s::smallint[],
+                                %(floor_run_ats)s::timestamptz[]);
 
 -- Write-backs take parallel arrays (ids, claim tokens, ...) and find their rows by primary key
 -- alone (id = ANY), reading each row's own entries with array_position (the completions, the

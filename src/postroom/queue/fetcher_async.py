@@ -18,10 +18,11 @@ from datetime import timedelta
 
 import psycopg
 
-from .._acompat import ACondition, ALock
+from .._acompat import ACondition, AEvent, ALock
 from .._db_async import AsyncDatabase
+from .._periodic_async import AsyncPeriodic
 from .._reconnect import reconnect_delay
-from .claiming import low_water
+from .claiming import FLOOR_CHECK_SECONDS, FLOOR_CHECK_SHARE, ClaimFloors, low_water
 from .outcomes import Claimed, HeldJobs
 
 log = logging.getLogger("postroom.worker")
@@ -84,6 +85,8 @@ class AsyncFetcher:
         self._poll_interval = poll_interval
         self._held = held
         self._on_drained = on_drained
+        self.floors = ClaimFloors(queues)
+        """Where each queue's next claim starts its scan (the floor watch lowers them)."""
         # One lock: slots wait on _cond for claimed jobs, the fetch loop waits on _fetch_cond
         # for room in the buffer or a wake-up.
         lock = ALock()
@@ -332,6 +335,7 @@ class AsyncFetcher:
                         "limit": want,
                         "worker": self._worker,
                         "lease": self._lease,
+                        **self.floors.arguments(),
                     },
                 )
                 rows = await cur.fetchall()
@@ -341,9 +345,47 @@ class AsyncFetcher:
                 log.warning("claim failed, retrying: %s", exc)
             return []
         self._claim_failures = 0
-        jobs = [Claimed(*row) for row in rows]
+        self.floors.claimed(rows)
+        jobs = [Claimed(*row[:-1]) for row in rows]  # the last column is the job's priority
         deadline = sent + self._lease.total_seconds()
         for job in jobs:
             job.lease_deadline = deadline
             self._held.add(job)
         return jobs
+
+
+class AsyncFloorWatch(AsyncPeriodic):
+    """Looks for due ready jobs below the fetcher's claim floors (``jobs_below_floors``) and
+    lowers those floors, then wakes the fetcher: every ``FLOOR_CHECK_SECONDS``, or less often
+    when a look takes longer than ``FLOOR_CHECK_SHARE`` of that (behind a pinned vacuum
+    horizon it walks the dead entries the claims skip). Off the claim's path: a slow look
+    delays no claim."""
+
+    name = "floor watch"
+    what = "looking for jobs below the claim floors"
+
+    def __init__(
+        self, db: AsyncDatabase, *, queues: list[str], fetcher: AsyncFetcher, stopping: AEvent
+    ) -> None:
+        super().__init__(db, interval=FLOOR_CHECK_SECONDS, stopping=stopping, log=log)
+        self._queues = queues
+        self._fetcher = fetcher
+
+    async def tick(self) -> float | None:
+        floors = self._fetcher.floors
+        if not floors.any():
+            return None
+        arguments = floors.arguments()
+        began = time.monotonic()
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                self._db.q("jobs_below_floors"), {"queues": self._queues, **arguments}
+            )
+            rows = await cur.fetchall()
+        took = time.monotonic() - began
+        priorities = dict(zip(self._queues, arguments["floor_priorities"], strict=True))
+        for queue, run_at in rows:
+            floors.lower(queue, priorities[queue], run_at)
+        if rows:
+            await self._fetcher.wake()
+        return max(FLOOR_CHECK_SECONDS, took / FLOOR_CHECK_SHARE)

@@ -64,6 +64,7 @@ class Rescuer(Periodic):
                 break
         if total:
             log.info("returned %d jobs whose lease expired", total)
+            self._fetcher.floors.reset()  # they keep their run_at: below the floors
             self._fetcher.wake()
         return total
 

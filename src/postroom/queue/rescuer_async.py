@@ -62,6 +62,7 @@ class AsyncRescuer(AsyncPeriodic):
                 break
         if total:
             log.info("returned %d jobs whose lease expired", total)
+            self._fetcher.floors.reset()  # they keep their run_at: below the floors
             await self._fetcher.wake()
         return total
 

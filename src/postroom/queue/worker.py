@@ -62,7 +62,7 @@ from ..errors import (
 from . import joblog
 from .admin import JobAdmin
 from .completer import Completer
-from .fetcher import AUTO_PREFETCH_MAX, Fetcher
+from .fetcher import AUTO_PREFETCH_MAX, Fetcher, FloorWatch
 from .heartbeat import Heartbeat
 from .hooks import Hooks
 from .listener import Listener
@@ -319,7 +319,8 @@ class Worker:
         stopping = self._stopping
         interval = self._rescue_interval
         units: list[Periodic] = [
-            Rescuer(db, interval=interval, fetcher=fetcher, stopping=stopping, roster=roster)
+            Rescuer(db, interval=interval, fetcher=fetcher, stopping=stopping, roster=roster),
+            FloorWatch(db, queues=self.queues, fetcher=fetcher, stopping=stopping),
         ]
         if self._keep_finished > 0:  # 0: finished jobs are deleted at completion
             units.append(Purger(db, admin, keep_finished=self._keep_finished, stopping=stopping))

@@ -60,7 +60,7 @@ from ..errors import (
 from . import joblog
 from .admin_async import AsyncJobAdmin
 from .completer_async import AsyncCompleter
-from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher
+from .fetcher_async import AUTO_PREFETCH_MAX, AsyncFetcher, AsyncFloorWatch
 from .heartbeat_async import AsyncHeartbeat
 from .hooks_async import AsyncHooks
 from .listener_async import AsyncListener
@@ -317,7 +317,8 @@ class AsyncWorker:
         stopping = self._stopping
         interval = self._rescue_interval
         units: list[AsyncPeriodic] = [
-            AsyncRescuer(db, interval=interval, fetcher=fetcher, stopping=stopping, roster=roster)
+            AsyncRescuer(db, interval=interval, fetcher=fetcher, stopping=stopping, roster=roster),
+            AsyncFloorWatch(db, queues=self.queues, fetcher=fetcher, stopping=stopping),
         ]
         if self._keep_finished > 0:  # 0: finished jobs are deleted at completion
             units.append(
