@@ -129,7 +129,7 @@ def test_the_workers_vacuum_the_queues_small_tables_past_the_threshold(
 def test_a_vacuum_held_back_by_an_open_transaction_names_its_session(
     client: postroom.Client, dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Behind a pinned horizon VACUUM removes nothing (docs/queue.md, 'Not under a pinned
+    """Behind a pinned horizon VACUUM removes nothing (docs/queue.md, 'Under a pinned
     horizon'): the worker's vacuum says which session holds it, once for that session, and
     says nothing once that transaction has ended and VACUUM could remove the rows."""
 

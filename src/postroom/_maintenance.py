@@ -124,8 +124,8 @@ def pinned_horizon_warning(left: dict[str, int], holder: tuple[Any, ...]) -> str
         fix = "end that transaction, or set idle_in_transaction_session_timeout"
     return (
         f"VACUUM left {rows}: {who}, so no row deleted or updated since it began can be "
-        f"removed. Claims slow down while it lasts (each walks the entries of every job "
-        f"claimed since); {fix} (docs/queue.md, 'Not under a pinned horizon')"
+        f"removed. Dead rows pile up while it lasts (the table and its indexes grow, and scans "
+        f"of them slow down); {fix} (docs/queue.md, 'Under a pinned horizon')"
     )
 
 

@@ -38,6 +38,30 @@ def worker(any_client: postroom.Client, **options: Any) -> postroom.Worker:
     return any_client.worker(**{"concurrency": 2, **FAST, **options})
 
 
+def test_a_burst_worker_stops_once_drained_not_at_its_next_poll(
+    any_client: postroom.Client,
+) -> None:
+    """With an hour between polls, ``run(burst=True)`` still returns once the queue is drained:
+    the last write-back wakes the fetcher, whose empty claim ends the run (it used to wait
+    for the next poll, a second by default, after the last job)."""
+    ran: list[int] = []
+
+    @any_client.job("note")
+    def note(n: int) -> None:
+        ran.append(n)
+
+    any_client.jobs.enqueue_batch([note.prepare(n=n) for n in range(50)])
+    burst = threading.Thread(
+        target=worker(any_client, poll_interval=3600.0).run,
+        kwargs={"burst": True, "handle_signals": False},
+        daemon=True,
+    )
+    burst.start()
+    burst.join(20.0)
+    assert not burst.is_alive(), "the burst worker waited for its next poll"
+    assert sorted(ran) == list(range(50))
+
+
 def test_enqueue_in_a_rolled_back_transaction_never_runs(
     any_client: postroom.Client, dsn: str, any_connect: Callable[..., psycopg.Connection[Any]]
 ) -> None:

@@ -159,7 +159,7 @@ def test_every_series_the_grafana_board_queries_exists(
 def test_dead_tuples_and_the_vacuum_horizon_age_are_exposed(
     serve: Callable[..., DashboardServer], dsn: str, client: postroom.Client
 ) -> None:
-    """What a pinned horizon looks like from /metrics (docs/queue.md, 'Not under a pinned
+    """What a pinned horizon looks like from /metrics (docs/queue.md, 'Under a pinned
     horizon'): the horizon's age grows with every transaction after the pin, and the dead rows
     of a table show up; once the pin ends, the age falls back."""
     server = serve()

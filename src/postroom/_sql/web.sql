@@ -123,7 +123,7 @@ WHERE o.run_at IS NOT NULL;
 -- name: web_dead_tuples
 -- Dead row versions per table of the schema (the statistics' estimates, no locks): the queue's
 -- and the log's hot tables gather them without bound while something pins the vacuum horizon
--- (docs/queue.md, 'Not under a pinned horizon'; the horizon's age: vacuum_horizon_holder).
+-- (docs/queue.md, 'Under a pinned horizon'; the horizon's age: vacuum_horizon_holder).
 SELECT s.relname, s.n_dead_tup
 FROM pg_stat_user_tables s
 WHERE s.schemaname = %(schema)s

@@ -124,8 +124,12 @@ class Fetcher:
             self._fetch_cond.notify()
 
     def room_freed(self) -> None:
-        """Leases were released: there may be room under the held limit again."""
+        """Leases were released: there may be room under the held limit again. In burst
+        mode, once every claimed job is written back and none is buffered, claim at once: an
+        empty claim then ends the run, which would otherwise wait for the next poll."""
         with self._cond:
+            if self._on_drained is not None and not len(self._held) and not self._buffer:
+                self._wake = True
             self._fetch_cond.notify()
 
     def stop(self) -> list[Claimed]:
