@@ -60,14 +60,20 @@ def test_a_floor_skips_what_sorts_below_it_but_never_a_more_urgent_job(
     assert claim(dsn, (None, None)) == below  # no floor: the whole queue, as before
 
 
-def test_a_floor_claim_honours_pauses_and_limits(client: postroom.Client, dsn: str) -> None:
+def test_a_floor_claim_honours_pauses_and_limits_on_both_paths(
+    client: postroom.Client, dsn: str
+) -> None:
     first = enqueue_at(dsn, 0, T0, 3)
     client.jobs.pause_queue("default")
     assert claim(dsn, (0, T0)) == []
     client.jobs.resume_queue("default")
-    # With a limit, the floors are ignored (migration 0020's limited path): the limit holds.
+    # With a limit (migration 0020's limited path), the floor and the limit both hold.
     client.jobs.admin.set_limit("queue", "default", 2, None, None)
-    assert claim(dsn, (0, T0 + timedelta(days=1))) == first[:2]
+    assert claim(dsn, (0, T0 + timedelta(days=1))) == []
+    urgent = enqueue_at(dsn, -1, T0 + timedelta(days=2))
+    assert claim(dsn, (0, T0 + timedelta(days=1))) == urgent  # more urgent: never held back
+    assert claim(dsn, (0, T0)) == first[:1]  # the limit: two running
+    assert claim(dsn, (None, None)) == []
 
 
 @pytest.mark.parametrize(
@@ -97,12 +103,16 @@ def buffers(conn: psycopg.Connection[Any], floor: tuple[int | None, datetime | N
     return int(line.split("hit=")[1].split()[0])
 
 
+@pytest.mark.parametrize("limited", [False, True], ids=["unlimited", "limited"])
 def test_behind_a_pinned_horizon_a_floor_claim_does_not_walk_the_claimed_jobs(
-    client: postroom.Client, dsn: str
+    client: postroom.Client, dsn: str, limited: bool
 ) -> None:
     """Every claim of the whole queue visits the ready index's entry of every job claimed since
     the horizon was pinned; from a floor it does not: 5,000 jobs claimed and deleted behind an
-    open transaction, then the buffers of one claim of the next 10."""
+    open transaction, then the buffers of one claim of the next 10. Both claim paths: without
+    job limits, and with one (a queue limit that holds nothing back)."""
+    if limited:
+        client.jobs.admin.set_limit("queue", "default", 100_000, None, None)
     with (
         psycopg.connect(dsn) as pin,
         psycopg.connect(dsn, autocommit=True) as conn,

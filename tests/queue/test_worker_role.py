@@ -64,7 +64,8 @@ WORKER_ESCAPES = [
     "SELECT * FROM postroom.enqueue_job('x', '{}', 'default', 0, NULL, NULL, 1, NULL, NULL,"
     " NULL, 'hold')",
     # the claim's helpers run with the caller's rights: no way around the claim
-    "SELECT * FROM postroom._claim_some('default', NULL, NULL, 10, 'me', '1 hour', now())",
+    "SELECT * FROM postroom._claim_some('default', NULL, NULL, 10, 'me', '1 hour', now(),"
+    " NULL, NULL)",
     "SELECT postroom._limit_spend('kind', 'x', -1000000, now())",
     "SELECT postroom._parent_succeeded(1)",
 ]

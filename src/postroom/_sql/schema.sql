@@ -384,7 +384,7 @@ CREATE TABLE {schema}.jobs (
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_vacuum_cost_delay='0', autovacuum_analyze_scale_factor='0.02');
 
-CREATE FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], want integer, worker text, lease interval, now_ts timestamp with time zone) RETURNS SETOF {schema}.jobs
+CREATE FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], want integer, worker text, lease interval, now_ts timestamp with time zone, fp smallint, ft timestamp with time zone) RETURNS SETOF {schema}.jobs
     LANGUAGE sql
     AS $$
     UPDATE {schema}.jobs j
@@ -392,13 +392,30 @@ CREATE FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], wa
         lease_expires_at = now_ts + lease, started_at = now_ts,
         claim_token = (SELECT gen_random_uuid())
     WHERE j.id = ANY(ARRAY(
-        SELECT r.id FROM {schema}.jobs r
-        WHERE r.state = 'ready' AND r.queue = q AND r.run_at <= now_ts
-          AND (only_kind IS NULL OR r.kind = only_kind)
-          AND (excluded IS NULL OR r.kind <> ALL(excluded))
-        ORDER BY r.priority, r.run_at, r.id
+        SELECT s.id FROM (
+            SELECT * FROM (
+                SELECT r.id FROM {schema}.jobs r
+                WHERE r.state = 'ready' AND r.queue = q AND r.run_at <= now_ts
+                  AND (only_kind IS NULL OR r.kind = only_kind)
+                  AND (excluded IS NULL OR r.kind <> ALL(excluded))
+                  AND r.priority < coalesce(fp::integer, 32768)
+                ORDER BY r.priority, r.run_at, r.id
+                LIMIT want
+                FOR UPDATE SKIP LOCKED
+            ) before_floor
+            UNION ALL
+            SELECT * FROM (
+                SELECT r.id FROM {schema}.jobs r
+                WHERE r.state = 'ready' AND r.queue = q AND r.run_at <= now_ts
+                  AND (only_kind IS NULL OR r.kind = only_kind)
+                  AND (excluded IS NULL OR r.kind <> ALL(excluded))
+                  AND (r.priority, r.run_at) >= (fp, ft)
+                ORDER BY r.priority, r.run_at, r.id
+                LIMIT want
+                FOR UPDATE SKIP LOCKED
+            ) from_floor
+        ) s
         LIMIT want
-        FOR UPDATE SKIP LOCKED
     ))
     RETURNING j.*;
 
@@ -1045,6 +1062,17 @@ END;
 $$;
 
 CREATE FUNCTION {schema}.claim_jobs(queues text[], max_jobs integer, worker text, lease interval) RETURNS SETOF {schema}.jobs
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT * FROM {schema}.claim_jobs(
+        queues, max_jobs, worker, lease,
+        array_fill(NULL::smallint, ARRAY[coalesce(cardinality(queues), 0)]),
+        array_fill(NULL::timestamptz, ARRAY[coalesce(cardinality(queues), 0)]));
+
+$$;
+
+CREATE FUNCTION {schema}.claim_jobs(queues text[], max_jobs integer, worker text, lease interval, floor_priorities smallint[], floor_run_ats timestamp with time zone[]) RETURNS SETOF {schema}.jobs
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1059,87 +1087,7 @@ DECLARE
     got integer;
     q text;
     i integer;
-
-BEGIN
-    PERFORM {schema}._check_queue_access(queues);
-    IF EXISTS (SELECT 1 FROM {schema}.queue_pauses) THEN
-        queues := ARRAY(SELECT qn FROM unnest(queues) AS qn
-                        WHERE NOT EXISTS (SELECT 1 FROM {schema}.queue_pauses p
-                                          WHERE p.queue = qn));
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM {schema}.job_limits) THEN
-        RETURN QUERY
-        UPDATE {schema}.jobs j
-        SET state = 'running', attempts = j.attempts + 1, worker = claim_jobs.worker,
-            lease_expires_at = now_ts + lease, started_at = now_ts,
-            claim_token = (SELECT gen_random_uuid())  -- one per claim: an InitPlan
-        -- id = ANY(ARRAY(...)) makes the update find the picked rows by primary key; a join
-        -- would hash the whole table and cost O(backlog) per claim.
-        WHERE j.id = ANY(ARRAY(
-            SELECT c.id FROM unnest(queues) AS qn(name)
-            CROSS JOIN LATERAL (
-                SELECT r.id, r.priority, r.run_at FROM {schema}.jobs r
-                WHERE r.state = 'ready' AND r.queue = qn.name AND r.run_at <= now_ts
-                ORDER BY r.priority, r.run_at, r.id
-                LIMIT max_jobs
-                FOR UPDATE SKIP LOCKED
-            ) c
-            ORDER BY c.priority, c.run_at, c.id
-            LIMIT max_jobs
-        ))
-        RETURNING j.*;
-        RETURN;
-    END IF;
-    -- Limited path: compute what each limited kind may still start now.
-    FOR lim IN
-        SELECT * FROM {schema}.job_limits l
-        WHERE l.scope = 'kind' OR (l.scope = 'queue' AND l.name = ANY(queues))
-        ORDER BY l.scope, l.name
-        FOR UPDATE
-    LOOP
-        IF lim.scope = 'kind' THEN
-            kind_names := kind_names || lim.name;
-            kind_allow := kind_allow || {schema}._limit_allowance(lim, now_ts);
-        END IF;
-    END LOOP;
-    FOREACH q IN ARRAY queues LOOP
-        EXIT WHEN remaining <= 0;
-        SELECT * INTO lim FROM {schema}.job_limits l WHERE l.scope = 'queue' AND l.name = q;
-        queue_allow := CASE WHEN FOUND THEN {schema}._limit_allowance(lim, now_ts)
-                            ELSE remaining END;
-        -- Limited kinds first, each up to its allowance, then every other kind.
-        FOR i IN 1 .. coalesce(array_length(kind_names, 1), 0) LOOP
-            want := least(remaining, queue_allow, kind_allow[i]);
-            CONTINUE WHEN want <= 0;
-            RETURN QUERY SELECT * FROM {schema}._claim_some(q, kind_names[i], NULL, want,
-                                                             worker, lease, now_ts);
-            GET DIAGNOSTICS got = ROW_COUNT;
-            kind_allow[i] := kind_allow[i] - got;
-            remaining := remaining - got;
-            queue_allow := queue_allow - got;
-            PERFORM {schema}._limit_spend('kind', kind_names[i], got, now_ts);
-            PERFORM {schema}._limit_spend('queue', q, got, now_ts);
-        END LOOP;
-        want := least(remaining, queue_allow);
-        IF want > 0 THEN
-            RETURN QUERY SELECT * FROM {schema}._claim_some(q, NULL, kind_names, want, worker,
-                                                             lease, now_ts);
-            GET DIAGNOSTICS got = ROW_COUNT;
-            remaining := remaining - got;
-            PERFORM {schema}._limit_spend('queue', q, got, now_ts);
-        END IF;
-    END LOOP;
-
-END;
-
-$$;
-
-CREATE FUNCTION {schema}.claim_jobs(queues text[], max_jobs integer, worker text, lease interval, floor_priorities smallint[], floor_run_ats timestamp with time zone[]) RETURNS SETOF {schema}.jobs
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    now_ts timestamptz := clock_timestamp();
+    k integer;
 
 BEGIN
     IF queues IS NULL OR max_jobs IS NULL OR worker IS NULL OR lease IS NULL
@@ -1154,50 +1102,98 @@ BEGIN
                         cardinality(floor_priorities), cardinality(floor_run_ats)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF EXISTS (SELECT 1 FROM {schema}.job_limits) THEN
-        RETURN QUERY SELECT * FROM {schema}.claim_jobs(queues, max_jobs, worker, lease);
+    PERFORM {schema}._check_queue_access(queues);
+    IF EXISTS (SELECT 1 FROM {schema}.queue_pauses) THEN
+        SELECT coalesce(array_agg(u.q ORDER BY u.i), '{{}}'),
+               coalesce(array_agg(u.fp ORDER BY u.i), '{{}}'),
+               coalesce(array_agg(u.ft ORDER BY u.i), '{{}}')
+        INTO queues, floor_priorities, floor_run_ats
+        FROM unnest(queues, floor_priorities, floor_run_ats) WITH ORDINALITY AS u(q, fp, ft, i)
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}.queue_pauses p WHERE p.queue = u.q);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM {schema}.job_limits) THEN
+        RETURN QUERY
+        UPDATE {schema}.jobs j
+        SET state = 'running', attempts = j.attempts + 1, worker = claim_jobs.worker,
+            lease_expires_at = now_ts + lease, started_at = now_ts,
+            claim_token = (SELECT gen_random_uuid())  -- one per claim: an InitPlan
+        -- id = ANY(ARRAY(...)): the update finds the picked rows by primary key (0020).
+        WHERE j.id = ANY(ARRAY(
+            SELECT c.id
+            FROM unnest(queues, floor_priorities, floor_run_ats) AS qn(name, fp, ft)
+            CROSS JOIN LATERAL (
+                -- The first scan's rows all sort before the second's: the second runs only
+                -- if the first found fewer than max_jobs. (FOR UPDATE is not allowed in a
+                -- UNION branch itself, hence the subqueries.)
+                SELECT * FROM (
+                    SELECT * FROM (
+                        SELECT r.id, r.priority, r.run_at FROM {schema}.jobs r
+                        WHERE r.state = 'ready' AND r.queue = qn.name AND r.run_at <= now_ts
+                          AND r.priority < coalesce(qn.fp::integer, 32768)
+                        ORDER BY r.priority, r.run_at, r.id
+                        LIMIT max_jobs
+                        FOR UPDATE SKIP LOCKED
+                    ) before_floor
+                    UNION ALL
+                    SELECT * FROM (
+                        SELECT r.id, r.priority, r.run_at FROM {schema}.jobs r
+                        WHERE r.state = 'ready' AND r.queue = qn.name AND r.run_at <= now_ts
+                          AND (r.priority, r.run_at) >= (qn.fp, qn.ft)  -- NULL floor: none
+                        ORDER BY r.priority, r.run_at, r.id
+                        LIMIT max_jobs
+                        FOR UPDATE SKIP LOCKED
+                    ) from_floor
+                ) both_scans
+                LIMIT max_jobs
+            ) c
+            ORDER BY c.priority, c.run_at, c.id
+            LIMIT max_jobs
+        ))
+        RETURNING j.*;
         RETURN;
     END IF;
-    PERFORM {schema}._check_queue_access(queues);
-    RETURN QUERY
-    UPDATE {schema}.jobs j
-    SET state = 'running', attempts = j.attempts + 1, worker = claim_jobs.worker,
-        lease_expires_at = now_ts + lease, started_at = now_ts,
-        claim_token = (SELECT gen_random_uuid())  -- one per claim: an InitPlan
-    -- id = ANY(ARRAY(...)): the update finds the picked rows by primary key (migration 0020).
-    WHERE j.id = ANY(ARRAY(
-        SELECT c.id
-        FROM unnest(queues, floor_priorities, floor_run_ats) AS qn(name, fp, ft)
-        CROSS JOIN LATERAL (
-            -- The first scan's rows all sort before the second's: the second runs only if
-            -- the first found fewer than max_jobs. (FOR UPDATE is not allowed in a UNION
-            -- branch itself, hence the subqueries.)
-            SELECT * FROM (
-                SELECT * FROM (
-                    SELECT r.id, r.priority, r.run_at FROM {schema}.jobs r
-                    WHERE r.state = 'ready' AND r.queue = qn.name AND r.run_at <= now_ts
-                      AND r.priority < coalesce(qn.fp::integer, 32768)
-                    ORDER BY r.priority, r.run_at, r.id
-                    LIMIT max_jobs
-                    FOR UPDATE SKIP LOCKED
-                ) before_floor
-                UNION ALL
-                SELECT * FROM (
-                    SELECT r.id, r.priority, r.run_at FROM {schema}.jobs r
-                    WHERE r.state = 'ready' AND r.queue = qn.name AND r.run_at <= now_ts
-                      AND (r.priority, r.run_at) >= (qn.fp, qn.ft)  -- NULL floor: no rows
-                    ORDER BY r.priority, r.run_at, r.id
-                    LIMIT max_jobs
-                    FOR UPDATE SKIP LOCKED
-                ) from_floor
-            ) both_scans
-            LIMIT max_jobs
-        ) c
-        WHERE NOT EXISTS (SELECT 1 FROM {schema}.queue_pauses p WHERE p.queue = qn.name)
-        ORDER BY c.priority, c.run_at, c.id
-        LIMIT max_jobs
-    ))
-    RETURNING j.*;
+    -- Limited path (migration 0020's): what each limited kind may still start now, then per
+    -- queue the limited kinds first, each up to its allowance, then every other kind.
+    FOR lim IN
+        SELECT * FROM {schema}.job_limits l
+        WHERE l.scope = 'kind' OR (l.scope = 'queue' AND l.name = ANY(queues))
+        ORDER BY l.scope, l.name
+        FOR UPDATE
+    LOOP
+        IF lim.scope = 'kind' THEN
+            kind_names := kind_names || lim.name;
+            kind_allow := kind_allow || {schema}._limit_allowance(lim, now_ts);
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. cardinality(queues) LOOP
+        EXIT WHEN remaining <= 0;
+        q := queues[i];
+        SELECT * INTO lim FROM {schema}.job_limits l WHERE l.scope = 'queue' AND l.name = q;
+        queue_allow := CASE WHEN FOUND THEN {schema}._limit_allowance(lim, now_ts)
+                            ELSE remaining END;
+        FOR k IN 1 .. coalesce(array_length(kind_names, 1), 0) LOOP
+            want := least(remaining, queue_allow, kind_allow[k]);
+            CONTINUE WHEN want <= 0;
+            RETURN QUERY SELECT * FROM {schema}._claim_some(q, kind_names[k], NULL, want, worker,
+                                                             lease, now_ts, floor_priorities[i],
+                                                             floor_run_ats[i]);
+            GET DIAGNOSTICS got = ROW_COUNT;
+            kind_allow[k] := kind_allow[k] - got;
+            remaining := remaining - got;
+            queue_allow := queue_allow - got;
+            PERFORM {schema}._limit_spend('kind', kind_names[k], got, now_ts);
+            PERFORM {schema}._limit_spend('queue', q, got, now_ts);
+        END LOOP;
+        want := least(remaining, queue_allow);
+        IF want > 0 THEN
+            RETURN QUERY SELECT * FROM {schema}._claim_some(q, NULL, kind_names, want, worker,
+                                                             lease, now_ts, floor_priorities[i],
+                                                             floor_run_ats[i]);
+            GET DIAGNOSTICS got = ROW_COUNT;
+            remaining := remaining - got;
+            PERFORM {schema}._limit_spend('queue', q, got, now_ts);
+        END IF;
+    END LOOP;
 
 END;
 
@@ -3620,6 +3616,8 @@ REVOKE ALL ON FUNCTION {schema}._check_reserved_offsets() FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}._check_staged_access() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._check_topic_access() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}._claim_some(q text, only_kind text, excluded text[], want integer, worker text, lease interval, now_ts timestamp with time zone, fp smallint, ft timestamp with time zone) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}._instance_fenced(p_group text, p_member text, p_instance text, p_lock boolean) FROM PUBLIC;
 

@@ -123,12 +123,23 @@ class AsyncFetcher:
 
     async def room_freed(self) -> None:
         """Leases were released: there may be room under the held limit again. In burst
-        mode, once every claimed job is written back and none is buffered, claim at once: an
-        empty claim then ends the run, which would otherwise wait for the next poll."""
+        mode, once every claimed job is written back, none is buffered and no slot runs one,
+        claim at once: an empty claim then ends the run, which would otherwise wait for the
+        next poll."""
         async with self._cond:
-            if self._on_drained is not None and not len(self._held) and not self._buffer:
-                self._wake = True
+            self._check_drained()
             self._fetch_cond.notify()
+
+    def _check_drained(self) -> None:
+        """In burst mode, claim at once when nothing is held, buffered or running (lock
+        held): whichever comes last, the last write-back or the last slot going idle."""
+        if (
+            self._on_drained is not None
+            and not len(self._held)
+            and not self._buffer
+            and self._idle == self._concurrency
+        ):
+            self._wake = True
 
     async def stop(self) -> list[Claimed]:
         """Stop claiming; wake every waiting slot (they get None) and return the claimed jobs
@@ -220,6 +231,7 @@ class AsyncFetcher:
         async with self._cond:
             self._idle += 1
             if not self._buffer:
+                self._check_drained()
                 self._fetch_cond.notify()  # a slot waits: claim for it
             try:
                 while self._claiming:
