@@ -190,7 +190,8 @@ REVOKE ALL ON FUNCTION {schema}.claim_jobs(text[], integer, text, interval, smal
                                            timestamptz[]) FROM PUBLIC;
 
 -- Migration 0020's claim, now the one above without floors (every queue scanned whole): for
--- workers of an older postroom, and SQL callers. Same signature, rights and behaviour.
+-- workers of an older postroom, and SQL callers. Same signature and rights; a NULL argument is
+-- now refused (22004) instead of claiming nothing or failing on a constraint.
 CREATE OR REPLACE FUNCTION {schema}.claim_jobs(queues text[], max_jobs integer, worker text,
                                                lease interval)
 RETURNS SETOF {schema}.jobs
