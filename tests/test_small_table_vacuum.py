@@ -19,6 +19,7 @@ from postroom._acompat import Event
 from postroom._db import Database
 from postroom._maintenance import PINNED_WARN_EVERY, PinnedHorizon, pinned_horizon_warning
 from postroom._retention import RetentionRunner
+from postroom.queue import vacuum as vacuum_module
 from postroom.queue.vacuum import SMALL_VACUUM_MIN_DEAD, Vacuum, needs_vacuum
 
 from .signals import wait_for
@@ -130,8 +131,9 @@ def test_a_vacuum_held_back_by_an_open_transaction_names_its_session(
     client: postroom.Client, dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Behind a pinned horizon VACUUM removes nothing (docs/queue.md, 'Under a pinned
-    horizon'): the worker's vacuum says which session holds it, once for that session, and
-    says nothing once that transaction has ended and VACUUM could remove the rows."""
+    horizon'): the worker's vacuum says which session holds it, once for that session, runs
+    no second VACUUM while that horizon holds, and vacuums and says nothing once that
+    transaction has ended and VACUUM could remove the rows."""
 
     def pinned_warnings() -> list[str]:
         return [r.getMessage() for r in caplog.records if "VACUUM left" in r.getMessage()]
@@ -149,7 +151,10 @@ def test_a_vacuum_held_back_by_an_open_transaction_names_its_session(
             vacuum = Vacuum(Database(pool, dsn, "postroom"), interval=60, stopping=Event())
             with caplog.at_level(logging.WARNING, logger="postroom.worker"):
                 assert vacuum.vacuum_if_needed() == ["job_limits"]
-                assert vacuum.vacuum_if_needed() == ["job_limits"]  # nothing removed again
+                vacuums = stats(dsn, "job_limits")[1]
+                # The same horizon holds: another VACUUM would remove nothing, so none runs.
+                assert vacuum.vacuum_if_needed() == []
+                assert stats(dsn, "job_limits")[1] == vacuums
                 named = [w for w in pinned_warnings() if f"session pid {pid} " in w]
                 (warning,) = named  # once for one session
                 assert f"session pid {pid} (idle in transaction, its transaction since" in warning
@@ -263,3 +268,60 @@ def test_which_tables_need_a_vacuum() -> None:
     assert not needs_vacuum("job_limits", 1_001, 10_000)  # a fifth of the live rows, at least
     assert not needs_vacuum("jobs", 9_999, 0)
     assert needs_vacuum("jobs", 10_001, 0)
+
+
+def test_a_vacuum_runs_again_once_the_horizon_that_blocked_it_moves() -> None:
+    pinned = PinnedHorizon()
+    holder = (42, 1_000, "idle in transaction", None, None)
+    assert pinned.worth_vacuuming(["jobs"], "700") == ["jobs"]  # nothing blocked yet
+    pinned.note({"jobs": 20_000}, holder, "700", since=10)  # held since before the VACUUM
+    assert pinned.worth_vacuuming(["jobs", "job_limits"], "700") == ["job_limits"]
+    assert pinned.worth_vacuuming(["jobs"], "900") == ["jobs"]  # the horizon moved on
+    assert pinned.worth_vacuuming(["jobs"], "700") == ["jobs"]  # and is forgotten
+    pinned.note({"jobs": 20_000}, holder, "700", since=5_000)  # younger than the VACUUM
+    assert pinned.worth_vacuuming(["jobs"], "700") == ["jobs"]
+
+
+def test_behind_a_pinned_horizon_jobs_is_analyzed_not_vacuumed_again(
+    client: postroom.Client, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The VACUUM that a pinned horizon kept from removing `jobs`'s dead rows is not repeated
+    while that horizon holds (it would read the whole table for nothing); the table's planner
+    statistics are still refreshed (ANALYZE, here at every pass); once the pin ends, VACUUM
+    runs and removes them."""
+    monkeypatch.setattr(vacuum_module, "ANALYZE_BEHIND_PIN", 0.0)
+
+    def counts() -> tuple[int, int, int]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT n_dead_tup, vacuum_count, analyze_count FROM pg_stat_user_tables"
+                " WHERE schemaname = 'postroom' AND relname = 'jobs'"
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), int(row[2])
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE postroom.jobs SET (autovacuum_enabled = false)")
+    with psycopg.connect(dsn) as pin:
+        pin.execute("SELECT txid_current()")  # an XID, then idle in transaction
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT count(*) FROM postroom.enqueue_batch(ARRAY['default'], ARRAY['k'],"
+                " array_fill('{}'::text, ARRAY[12000]), ARRAY[0]::smallint[],"
+                " ARRAY[NULL]::timestamptz[], ARRAY[0]::float8[], ARRAY[1])"
+            )
+            conn.execute("DELETE FROM postroom.jobs")
+            conn.execute("SELECT pg_stat_force_next_flush()")
+        wait_for(lambda: counts()[0] > 10_000, 10, "the dead rows in the statistics")
+        with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool:
+            vacuum = Vacuum(Database(pool, dsn, "postroom"), interval=60, stopping=Event())
+            assert vacuum.vacuum_if_needed() == ["jobs"]
+            _, vacuums, analyzes = counts()
+            assert vacuum.vacuum_if_needed() == []
+            dead, vacuums_now, analyzes_now = counts()
+            assert (vacuums_now, analyzes_now) == (vacuums, analyzes + 1)
+            assert dead > 10_000
+            pin.rollback()
+            assert vacuum.vacuum_if_needed() == ["jobs"]
+            assert counts()[0] < 10_000

@@ -67,6 +67,33 @@ class PinnedHorizon:
 
     def __init__(self) -> None:
         self._warned: tuple[Any, float] | None = None  # the holder last warned of, and when
+        # The horizon (a transaction ID's text) that kept the last VACUUM from removing the
+        # dead rows of these tables, while it may still hold.
+        self.blocked: tuple[str, frozenset[str]] | None = None
+
+    def note(
+        self,
+        left: dict[str, int],
+        holder: tuple[Any, ...] | None,
+        horizon: str | None,
+        *,
+        since: int,
+    ) -> None:
+        """After a VACUUM: remember the horizon that kept it from removing ``left``'s dead rows
+        (held since before it began: ``since`` as in ``warning``), or forget the last one."""
+        held = holder is not None and holder[1] is not None and holder[1] > since
+        self.blocked = (horizon, frozenset(left)) if left and held and horizon else None
+
+    def worth_vacuuming(self, wanted: list[str], horizon: str | None) -> list[str]:
+        """The tables of ``wanted`` a VACUUM may clean now: all, unless the horizon that kept
+        the last VACUUM from removing rows still holds (the same ``horizon``); then not the
+        tables it left. A VACUUM under the same horizon removes nothing new (every row
+        deleted before the horizon went at the last one), and behind a pinned horizon it
+        read the whole bloated table every ``vacuum_interval`` for nothing."""
+        if self.blocked is None or horizon != self.blocked[0]:
+            self.blocked = None
+            return wanted
+        return [table for table in wanted if table not in self.blocked[1]]
 
     def warning(
         self, left: dict[str, int], holder: tuple[Any, ...] | None, now: float, *, since: int

@@ -299,23 +299,28 @@ SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint;
 -- shown to every role; its state and since when are NULL where this role may not see them. A
 -- prepared transaction or a slot has no pid: what it is is in ``state``. ``vacuum_age``: the age
 -- of %(began)s (vacuum_next_xid before the VACUUM), measured as the holder's in one statement.
+-- ``horizon``: the held transaction ID itself (text), the same while the same horizon holds.
 SELECT h.pid, h.xid_age, h.state, h.xact_start, h.application_name,
-       age(((%(began)s::bigint %% 4294967296)::text)::xid) AS vacuum_age
+       age(((%(began)s::bigint %% 4294967296)::text)::xid) AS vacuum_age, h.horizon
 FROM (
     SELECT a.pid, greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age, a.state,
-           a.xact_start, a.application_name, a.backend_xid IS NOT NULL AS has_xid
+           a.xact_start, a.application_name, a.backend_xid IS NOT NULL AS has_xid,
+           CASE WHEN a.backend_xmin IS NULL OR age(a.backend_xid) >= age(a.backend_xmin)
+                THEN a.backend_xid ELSE a.backend_xmin END::text AS horizon
     FROM pg_stat_activity a
     WHERE (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
       AND a.pid <> pg_backend_pid()
       AND (a.datname = current_database() OR a.backend_type = 'walsender')
     UNION ALL
     SELECT NULL, age(p.transaction), format('prepared transaction %%L', p.gid), p.prepared,
-           NULL, true
+           NULL, true, p.transaction::text
     FROM pg_prepared_xacts p
     WHERE p.database = current_database()
     UNION ALL
     SELECT NULL, greatest(age(s.xmin), age(s.catalog_xmin)),
-           format('replication slot %%L', s.slot_name), NULL, NULL, true
+           format('replication slot %%L', s.slot_name), NULL, NULL, true,
+           CASE WHEN s.catalog_xmin IS NULL OR age(s.xmin) >= age(s.catalog_xmin)
+                THEN s.xmin ELSE s.catalog_xmin END::text
     FROM pg_replication_slots s
     WHERE (s.xmin IS NOT NULL OR s.catalog_xmin IS NOT NULL)
       AND (s.database = current_database() OR s.database IS NULL)
@@ -334,6 +339,11 @@ SELECT pg_advisory_unlock(hashtext('postroom.vacuum'), hashtext(%(schema)s));
 -- name: vacuum_jobs
 -- Vacuums the hot table (SHARE UPDATE EXCLUSIVE: claims and writes go on meanwhile).
 VACUUM (ANALYZE) {schema}.jobs;
+
+-- name: analyze_jobs
+-- Refreshes the hot table's planner statistics alone, for when a VACUUM would remove nothing
+-- (SHARE UPDATE EXCLUSIVE: claims and writes go on meanwhile).
+ANALYZE {schema}.jobs;
 
 -- name: vacuum_finished_jobs
 -- Vacuums the finished jobs after purges (SHARE UPDATE EXCLUSIVE).

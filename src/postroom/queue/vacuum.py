@@ -14,12 +14,15 @@ held it since before the VACUUM began (an idle-in-transaction session, a long re
 prepared transaction, a replication slot), the worker logs a warning naming it
 (``_maintenance.PinnedHorizon``: once, then every five minutes while the same one holds it).
 Rows deleted during the VACUUM are left whatever the horizon: a busy queue's own claims are
-not named.
+not named. While the horizon that kept a VACUUM from removing a table's rows still holds, that
+table is not vacuumed again (``PinnedHorizon.worth_vacuuming``): it would remove nothing;
+``jobs`` is still analyzed every ``ANALYZE_BEHIND_PIN`` seconds.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import psycopg
@@ -32,6 +35,10 @@ from .._maintenance import needs_vacuum as needs_vacuum
 from .._periodic import Periodic
 
 log = logging.getLogger("postroom.worker")
+
+ANALYZE_BEHIND_PIN = 60.0
+"""While a pinned horizon makes VACUUM pointless on ``jobs``, its planner statistics are still
+refreshed (``ANALYZE``) this often, at most: the claim's plan must see a backlog that grows."""
 
 VACUUMS = {
     "jobs": "vacuum_jobs",
@@ -55,6 +62,7 @@ class Vacuum(Periodic):
     def __init__(self, db: Database, *, interval: float, stopping: Event) -> None:
         super().__init__(db, interval=interval, stopping=stopping, log=log)
         self._pinned = PinnedHorizon()
+        self._analyzed_at = -math.inf  # when jobs was last analyzed (monotonic clock)
 
     def prepare(self) -> bool:
         try:
@@ -77,7 +85,27 @@ class Vacuum(Periodic):
         another worker holds the vacuum lock)."""
         with self._db.connection() as conn:
             cur = conn.execute(self._db.q("queue_dead_tuples"))
-            wanted = [name for name, dead, live in cur.fetchall() if needs_vacuum(name, dead, live)]
+            dead_rows = {
+                name: dead for name, dead, live in cur.fetchall() if needs_vacuum(name, dead, live)
+            }
+            wanted = list(dead_rows)
+            if wanted and self._pinned.blocked is not None:
+                cur = conn.execute(self._db.q("vacuum_horizon_holder"), {"began": None})
+                row = cur.fetchone()
+                worth = self._pinned.worth_vacuuming(wanted, None if row is None else row[6])
+                if worth != wanted and row is not None:  # the same horizon holds: say so
+                    left = {name: dead_rows[name] for name in wanted if name not in worth}
+                    warning = self._pinned.warning(left, row[:5], time.monotonic(), since=-1)
+                    if warning is not None:
+                        log.warning("%s", warning)
+                wanted = worth
+                if (
+                    "jobs" in dead_rows
+                    and "jobs" not in wanted
+                    and time.monotonic() - self._analyzed_at >= ANALYZE_BEHIND_PIN
+                ):
+                    conn.execute(self._db.q("analyze_jobs"), prepare=False)
+                    self._analyzed_at = time.monotonic()
             if not wanted:
                 return []
             lock = {"schema": self._db.schema}
@@ -90,6 +118,8 @@ class Vacuum(Periodic):
                 began = (cur.fetchone() or (0,))[0]
                 for name in wanted:
                     conn.execute(self._db.q(VACUUMS[name]), prepare=False)
+                    if name == "jobs":  # VACUUM (ANALYZE)
+                        self._analyzed_at = time.monotonic()
                 cur = conn.execute(self._db.q("queue_dead_tuples"))
                 left = {
                     name: dead
@@ -103,6 +133,9 @@ class Vacuum(Periodic):
                     warning = self._pinned.warning(left, holder, time.monotonic(), since=since)
                     if warning is not None:
                         log.warning("%s", warning)
+                    self._pinned.note(left, holder, None if row is None else row[6], since=since)
+                else:
+                    self._pinned.note({}, None, None, since=0)
             finally:
                 conn.execute(self._db.q("vacuum_unlock"), lock)
         return wanted
