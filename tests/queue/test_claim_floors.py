@@ -76,6 +76,31 @@ def test_a_floor_claim_honours_pauses_and_limits_on_both_paths(
     assert claim(dsn, (None, None)) == []
 
 
+def test_a_released_child_is_due_from_its_release_above_any_floor(
+    client: postroom.Client, dsn: str
+) -> None:
+    """A workflow child becomes ready when its parent succeeds, due from then: the claim of a
+    worker whose floor passed the child's run_at (an hour before, here) takes it at once (it
+    kept that run_at before, and waited for the floor watch at each step of a workflow)."""
+    (parent,) = enqueue_at(dsn, 0, T0)
+    (child,) = [
+        row[0]
+        for row in query(
+            dsn,
+            "SELECT postroom.enqueue('k', '{}'::jsonb, run_at => now() - interval '1 hour',"
+            " after => ARRAY[%s]::bigint[])",
+            [parent],
+        )
+    ]
+    ((claimed, token),) = query(
+        dsn, "SELECT id, claim_token FROM postroom.claim_jobs(ARRAY['default'], 1, 'w', '1 h')"
+    )
+    assert claimed == parent
+    query(dsn, "SELECT postroom.complete_jobs_deleted('w', ARRAY[%s], ARRAY[%s])", [parent, token])
+    (now,) = query(dsn, "SELECT now()")[0]
+    assert claim(dsn, (0, now - FLOOR_MARGIN)) == [child]
+
+
 @pytest.mark.parametrize(
     ("floors", "error"),
     [

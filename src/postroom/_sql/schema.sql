@@ -711,8 +711,8 @@ BEGIN
         PERFORM 1 FROM {schema}.jobs WHERE id = child FOR UPDATE;
         DELETE FROM {schema}.job_dependencies WHERE parent_id = parent AND job_id = child;
         UPDATE {schema}.jobs j
-        SET state = 'ready', last_error = CASE WHEN j.state = 'held' THEN NULL
-                                               ELSE j.last_error END
+        SET state = 'ready', run_at = greatest(j.run_at, now()),
+            last_error = CASE WHEN j.state = 'held' THEN NULL ELSE j.last_error END
         WHERE j.id = child AND j.state IN ('waiting', 'held')
           AND NOT EXISTS (SELECT 1 FROM {schema}.job_dependencies d WHERE d.job_id = child)
         RETURNING j.queue INTO released;

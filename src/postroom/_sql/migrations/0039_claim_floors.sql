@@ -239,6 +239,36 @@ $$;
 REVOKE ALL ON FUNCTION {schema}.jobs_below_floors(text[], smallint[], timestamptz[])
     FROM PUBLIC;
 
+-- A parent succeeded (migration 0006's, otherwise unchanged): a dependent it releases is due
+-- from its release (run_at no earlier than now), as a job enqueued then. It kept its enqueue's
+-- run_at before, which sorts below the floor of a worker that claimed meanwhile: each step of a
+-- workflow or a sequence then waited for the floor watch (up to about a second) on a busy queue.
+CREATE OR REPLACE FUNCTION {schema}._parent_succeeded(parent bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    child bigint;
+    released text;
+BEGIN
+    FOR child IN
+        SELECT d.job_id FROM {schema}.job_dependencies d WHERE d.parent_id = parent
+        ORDER BY d.job_id
+    LOOP
+        PERFORM 1 FROM {schema}.jobs WHERE id = child FOR UPDATE;
+        DELETE FROM {schema}.job_dependencies WHERE parent_id = parent AND job_id = child;
+        UPDATE {schema}.jobs j
+        SET state = 'ready', run_at = greatest(j.run_at, now()),
+            last_error = CASE WHEN j.state = 'held' THEN NULL ELSE j.last_error END
+        WHERE j.id = child AND j.state IN ('waiting', 'held')
+          AND NOT EXISTS (SELECT 1 FROM {schema}.job_dependencies d WHERE d.job_id = child)
+        RETURNING j.queue INTO released;
+        IF released IS NOT NULL THEN
+            PERFORM pg_notify('postroom_jobs', '{schema}:' || released);
+        END IF;
+    END LOOP;
+END;
+$$;
+
 -- Existing worker roles (EXECUTE on migration 0020's claim_jobs) get what grant_worker_0039
 -- now gives: the two functions above.
 DO $$
