@@ -331,3 +331,27 @@ def test_a_rerun_logged_before_the_crash_restart_ends_is_excused() -> None:
     report = check(final(h, jobs=[[1, 1, "done", 2, 4]]).ops)
     assert report.valid, report.render()
     assert report.counts["reruns-after-fault"] == 1
+
+
+@pytest.mark.parametrize("claimed_before_crash", [True, False])
+def test_a_job_claimed_before_a_crash_and_started_after_it_may_run_again(
+    claimed_before_crash: bool,
+) -> None:
+    """Found in CI (seed 20261204): a worker sent a claim and was paused (briefly: no excuse
+    by itself); the claim committed asynchronously and was lost in an immediate restart; the
+    worker, resumed after the server was back, read the reply and started the job, completed
+    it (the fenced write-back matched nothing), and the job was claimed again with the same
+    attempt number. The crash counts from the run's claim, not from its start; a claim sent
+    after the server was back is not excused."""
+    h = consume(writes(History())).op("enqueuer-0.0", "ok", "enqueue", {"n": 1, "id": 1})
+    h.op("nemesis", "info", "restart", {"target": "server", "mode": "immediate"})
+    h.op("nemesis", "info", "restarted", {"target": "server", "mode": "immediate", "error": None})
+    claimed = 0 if claimed_before_crash else len(h.ops)
+    first = {"n": 1, "id": 1, "attempt": 1, "max_attempts": 4, "worker": "w", "claimed": claimed}
+    h.op("worker-0.0", "invoke", "run", first)
+    h.op("worker-0.0", "ok", "run", {"n": 1, "id": 1, "attempt": 1})
+    h.run("worker-0.0", 1, 1, 1)
+    report = check(final(h, jobs=[[1, 1, "done", 1, 4]]).ops)
+    assert report.valid == claimed_before_crash, report.render()
+    if not claimed_before_crash:
+        assert report.names() == {"completed-twice"}, report.render()

@@ -1,19 +1,28 @@
 """The queue half of the checker (tests/history/checker.py): one ``step`` per operation.
 
 A job's run is the operation ``run``: its invoke is the start (value ``n``, ``id``,
-``attempt``, ``max_attempts``, ``worker``), ok its completion, fail its failure. What excuses
-a second run (docs/queue.md: at least once after a crash, a pause past the lease or a server
-crash) is a nemesis operation on the first run's process (``kill``, a ``pause`` of half a lease
-or more) or a server restart after that run started: a crash (``immediate``, counted from its
-start; worker sessions commit asynchronously, so a claim or completion of the last
-milliseconds may be lost) or any restart that kept the server away for half a lease or more
-(heartbeats could not renew the leases).
+``attempt``, ``max_attempts``, ``worker``, ``claimed``: when the worker sent the claim that
+handed it out), ok its completion, fail its failure. What excuses a second run (docs/queue.md:
+at least once after a crash, a pause past the lease or a server crash) is a nemesis operation
+on the first run's process (``kill``, a ``pause`` of half a lease or more) or a server restart
+after that run's claim: a crash (``immediate``, counted from its start; worker sessions commit
+asynchronously, so a claim or completion of the last milliseconds may be lost, and a worker
+paused after it sent a lost claim reads the reply and starts the job after the crash) or any
+restart that kept the server away for half a lease or more (heartbeats could not renew the
+leases).
 """
 
 from __future__ import annotations
 
 from tests.history.checker import Report, cut
 from tests.history.recorder import Op
+
+
+def exposed(run: Op) -> int:
+    """When a run became exposed to faults: the claim that handed its job out (the start in
+    histories that do not record it)."""
+    claimed: int | None = run["value"].get("claimed")
+    return run["time"] if claimed is None else claimed
 
 
 class QueueChecker:
@@ -25,7 +34,7 @@ class QueueChecker:
         self.ids: dict[int, int] = {}  # job id -> n
         self.invoked: set[int] = set()  # every n an enqueue was sent for (killed ones too)
         self.running: dict[int, list[Op]] = {}  # job id -> live runs (start ops)
-        self.completed: dict[int, tuple[Op, int]] = {}  # job id -> first completion, its start
+        self.completed: dict[int, tuple[Op, int]] = {}  # job id -> first completion, its claim
         self.faulted: dict[str, int] = {}  # process -> time of its last kill or pause
         self.restarted = 0  # time of the last server restart
         self.final: Op | None = None
@@ -60,15 +69,15 @@ class QueueChecker:
     def end(self, op: Op) -> None:
         value = op["value"]
         runs = self.running.get(value["id"], [])
-        started = op["time"]
+        claimed = op["time"]
         for i, run in enumerate(runs):
             if run["process"] == op["process"] and run["value"]["attempt"] == value["attempt"]:
-                started = runs.pop(i)["time"]
+                claimed = exposed(runs.pop(i))
                 break
         if op["type"] == "ok" and value["id"] not in self.completed:
-            # A fault since the run *started* excuses a rerun: a worker paused mid-run past its
+            # A fault since the run's *claim* excuses a rerun: a worker paused mid-run past its
             # lease completes a run that was already handed on (its write-back is fenced).
-            self.completed[value["id"]] = (op, started)
+            self.completed[value["id"]] = (op, claimed)
 
     def excused(self, process: str, since: int) -> bool:
         return self.faulted.get(process, 0) >= since or self.restarted >= since
@@ -92,7 +101,7 @@ class QueueChecker:
             )
         runs = self.running.setdefault(job, [])
         for run in runs:
-            if not self.excused(run["process"], run["time"]):
+            if not self.excused(run["process"], exposed(run)):
                 self.report.add(
                     "lease-overlap",
                     f"job {job} attempt {value['attempt']} started while attempt"
@@ -102,8 +111,8 @@ class QueueChecker:
                 )
         completion = self.completed.get(job)
         if completion is not None:
-            done, started = completion
-            if self.excused(done["process"], started):
+            done, claimed = completion
+            if self.excused(done["process"], claimed):
                 self.report.counts["reruns-after-fault"] += 1
             else:
                 self.report.add(

@@ -245,11 +245,32 @@ def txmember(url: str, rec: Recorder, stop: threading.Event) -> None:
 def worker(url: str, rec: Recorder, fault: str | None) -> None:
     client = postroom.connect(url, max_size=6)
     rng = random.Random(os.getpid())
+    from postroom.queue import fetcher
+
+    # When each claim was sent, by (job, attempt): a run is exposed to a server crash from its
+    # claim on, not from its start (a claim committed asynchronously just before the crash
+    # may be lost, and a worker paused meanwhile reads the reply and starts the job after the
+    # server is back). The recorder's own instrumentation: it changes nothing the worker does.
+    claimed_at: dict[tuple[int, int], int] = {}
+    claim = fetcher.Fetcher._claim
+
+    def timed_claim(self: Any, want: int) -> list[Any]:
+        sent = time.time_ns()
+        jobs = claim(self, want)
+        for job in jobs:
+            claimed_at[job.id, job.attempt] = sent
+        return jobs
+
+    fetcher.Fetcher._claim = timed_claim  # type: ignore[method-assign]
 
     @client.job(KIND, queue=QUEUE, max_attempts=MAX_ATTEMPTS, backoff=postroom.Backoff(0.2, 2, 1))
     def work(n: int, *, job: postroom.JobContext) -> None:
         value = {"n": n, "id": job.id, "attempt": job.attempt}
-        op = rec.invoke("run", {**value, "max_attempts": job.max_attempts, "worker": job.worker})
+        claimed = claimed_at.pop((job.id, job.attempt), None)
+        op = rec.invoke(
+            "run",
+            {**value, "max_attempts": job.max_attempts, "worker": job.worker, "claimed": claimed},
+        )
         time.sleep(rng.uniform(0.02, 0.3))
         if n % 7 == 0 and job.attempt == 1:
             rec.complete(op, "fail", value)
@@ -257,12 +278,9 @@ def worker(url: str, rec: Recorder, fault: str | None) -> None:
         rec.complete(op, "ok", value)
 
     if fault == "double-claim":
-        from postroom.queue import fetcher
-
-        claim = fetcher.Fetcher._claim
 
         def claim_twice(self: Any, want: int) -> list[Any]:
-            jobs = claim(self, want)
+            jobs = timed_claim(self, want)
             return [*jobs, copy.copy(jobs[0])] if jobs else jobs
 
         fetcher.Fetcher._claim = claim_twice  # type: ignore[method-assign]
