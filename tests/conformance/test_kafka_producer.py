@@ -5,6 +5,7 @@ in the producer's own thread; both flavours give each send its ``Published`` pos
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -88,3 +89,53 @@ def test_sends_that_fail_get_their_own_errors(
     assert not any(cast(Any, producer)._inflight.queues[topic])  # nothing left in flight
     producer.close()
     client.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_an_idle_reporter_waits_for_sends_not_in_poll(
+    kafka_broker: str,
+    names: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    flavour: str,
+) -> None:
+    """With nothing in flight the reporter thread waits for a send (which wakes it), not in
+    librdkafka's ``poll``: a sporadic send's future still resolves at once, and ``close()``
+    no longer waits out the reporter's poll (50 ms a producer, bench/RESULTS.md). The wait is
+    made 30 s here, so the old reporter's close took 30 s and this test's 10 s deadline
+    caught it."""
+    from postroom.log.kafka import producer as sync_module
+    from postroom.log.kafka import producer_async as async_module
+
+    monkeypatch.setattr(sync_module, "REPORT_WAIT", 30.0)
+    monkeypatch.setattr(async_module, "REPORT_WAIT", 30.0)
+    topic = names("idle")
+    url = f"kafka://{kafka_broker}"
+
+    def in_thread(work: Callable[[], None]) -> None:
+        done = threading.Thread(target=work)
+        done.start()
+        done.join(10)
+        assert not done.is_alive(), "the producer waited out the reporter's poll"
+
+    if flavour == "sync":
+        with postroom.connect(url) as client:
+            client.create_topic(topic, 1)
+            producer = client.producer(linger_ms=1)
+            for i in range(2):  # each send finds the reporter idle, and wakes it
+                assert producer.send(topic, f"m{i}").result(timeout=10).offset == i
+            in_thread(producer.close)
+            client.delete_topic(topic)
+        return
+
+    async def scenario() -> None:
+        async with await postroom.connect_async(url) as client:
+            await client.create_topic(topic, 1)
+            producer = client.producer(linger_ms=1)
+            for i in range(2):
+                future = await producer.send(topic, f"m{i}")
+                assert (await asyncio.wait_for(future, 10)).offset == i
+            closing = asyncio.ensure_future(producer.close())
+            await asyncio.wait_for(closing, 10)
+            await client.delete_topic(topic)
+
+    asyncio.run(scenario())

@@ -45,7 +45,8 @@ SENDS_PER_GROUP = 10_000
 condition and a lock each) was 40% of a send's cost; a ``SendFuture`` builds its condition only
 when waited on (postroom/_futures.py)."""
 REPORT_WAIT = 0.05
-"""Seconds the reporter thread waits in one ``poll`` for a report."""
+"""Seconds the reporter thread waits in one ``poll`` for a report, or, with nothing in flight,
+for a send."""
 SERVE_EVERY_MASK = 255
 """A send whose index in its group has all these bits set serves the reports ready (every
 256th send, never a lone first one), as a raw confluent-kafka loop serves them in its own
@@ -100,6 +101,10 @@ class KafkaProducer:
         self._served_at = 0.0  # when a send last served the reports (_serve_inline)
         self._closed = False
         self._stop = threading.Event()
+        # With nothing in flight the reporter waits on ``_wake`` (set by the first send, and
+        # by close()), not in librdkafka's poll, which close() would otherwise wait out.
+        self._wake = threading.Event()
+        self._idle = False  # the reporter waits (or is about to) on _wake
         self._reporter = threading.Thread(
             target=self._serve_reports, name="postroom-kafka-reports", daemon=True
         )
@@ -116,6 +121,14 @@ class KafkaProducer:
             if wait > 0:
                 self._stop.wait(wait)
                 continue
+            if not len(self._producer):
+                # Nothing queued, in flight or to report. A send checks ``_idle`` after its
+                # produce, this thread ``len`` after setting it: one of them sees the other.
+                self._idle = True
+                if not len(self._producer):
+                    self._wake.wait(REPORT_WAIT)
+                self._idle = False
+                self._wake.clear()
             self._serve(REPORT_WAIT)
             self._apply_failures()
 
@@ -133,7 +146,8 @@ class KafkaProducer:
 
     def _serve(self, timeout: float) -> None:
         with self._serving:
-            self._producer.poll(timeout)
+            # Nothing in flight (a flush just served the last report): no wait in poll.
+            self._producer.poll(timeout if len(self._producer) else 0)
 
     def _flush_served(self, timeout: float) -> int:
         with self._serving:
@@ -189,6 +203,8 @@ class KafkaProducer:
                             raise
                         queued = False
                 if queued:
+                    if self._idle:
+                        self._wake.set()
                     if index & SERVE_EVERY_MASK == SERVE_EVERY_MASK:
                         self._serve_inline()
                     return done
@@ -269,7 +285,9 @@ class KafkaProducer:
                 if not isinstance(exc, BufferError):
                     raise
                 return False
-            return True
+        if self._idle:
+            self._wake.set()
+        return True
 
     def _translated(self, exc: Any, topic: str) -> BaseException:
         """The ``postroom.errors`` error for librdkafka's refusal of a ``produce``."""
@@ -316,6 +334,7 @@ class KafkaProducer:
             self.flush()
         finally:
             self._stop.set()
+            self._wake.set()
             to_thread(self._reporter.join)
 
     def __enter__(self) -> KafkaProducer:
