@@ -46,7 +46,7 @@ CHANNEL = "postroom_groups"
 DEFAULT_MAX_POLL_INTERVAL = 300.0
 """Seconds a member may go without polling before it leaves its group (Kafka's default)."""
 WAIT_SLICE = 0.2
-"""Longest single wait for a notification, so a stop request is noticed promptly."""
+"""Longest single wait for a notification (``leave()`` ends it at once)."""
 
 
 class Membership:
@@ -146,6 +146,7 @@ class Membership:
     def leave(self) -> None:
         """Stop heartbeating and leave the group at once: its partitions move now."""
         self._stop.set()
+        self._announced.set()  # ends the heartbeat loop's wait now, not after its slice
         self._retention_stop.set()
         if self._retention_task is not None:
             try:
