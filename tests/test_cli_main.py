@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -181,3 +182,22 @@ def test_a_mistyped_command_is_still_suggested() -> None:
     result = runner.invoke(app, ["topik"])
     assert result.exit_code == 2
     assert "Did you mean 'topic'?" in result.output
+
+
+def test_every_command_has_a_one_line_summary() -> None:
+    """The root's list shows each command's first help paragraph with its line breaks (typer's
+    rich mode keeps them): a summary that spans lines lists as ragged lines. So every command
+    opens its help with a one-line summary, details after a blank line."""
+    ragged = []
+    for name, target in COMMANDS.items():
+        module, attribute = target.split(":")
+        found = getattr(importlib.import_module(f"postroom.cli.{module}"), attribute)
+        if isinstance(found, typer.Typer):
+            commands = [(f"{name} {c.name}", c.callback) for c in found.registered_commands]
+        else:
+            commands = [(name, found)]
+        for path, callback in commands:
+            summary = inspect.cleandoc(getattr(callback, "__doc__", None) or "").split("\n\n")[0]
+            if "\n" in summary:
+                ragged.append(path)
+    assert ragged == []

@@ -25,8 +25,9 @@ def log(ctx: typer.Context) -> None:
 
 @app.command("queue", context_settings=PASS_THROUGH, add_help_option=False)
 def queue(ctx: typer.Context) -> None:
-    """Benchmark the job queue against a pure-SQL drain; `postroom bench queue --help` lists
-    its options."""
+    """Benchmark the job queue against a pure-SQL drain and the peers.
+
+    `postroom bench queue --help` lists its options."""
     from postroom.benchmarks.queue import main as run_benchmark
 
     argv = list(ctx.args)
@@ -38,8 +39,9 @@ def queue(ctx: typer.Context) -> None:
 
 @app.command("relay", context_settings=PASS_THROUGH, add_help_option=False)
 def relay(ctx: typer.Context) -> None:
-    """Benchmark the outbox relay to Redis and Kafka against each sink's raw produce rate, and
-    commit-to-arrival latency; `postroom bench relay --help` lists its options."""
+    """Benchmark the outbox relay to Redis and Kafka against each sink's raw produce rate.
+
+    And commit-to-arrival latency; `postroom bench relay --help` lists its options."""
     from postroom.benchmarks.relay import main as run_benchmark
 
     argv = list(ctx.args)
@@ -51,8 +53,10 @@ def relay(ctx: typer.Context) -> None:
 
 @app.command("groups", context_settings=PASS_THROUGH, add_help_option=False)
 def groups(ctx: typer.Context) -> None:
-    """One consumer group draining a backlog with 1, 2 and 4 member processes, and the takeover
-    time after a kill -9; `postroom bench groups --help` lists its options."""
+    """One consumer group draining a backlog with 1, 2 and 4 member processes.
+
+    And the takeover time after a kill -9; `postroom bench groups --help` lists its
+    options."""
     from postroom.benchmarks.groups import main as run_benchmark
 
     argv = list(ctx.args)
@@ -64,9 +68,10 @@ def groups(ctx: typer.Context) -> None:
 
 @app.command("churn", context_settings=PASS_THROUGH, add_help_option=False)
 def churn(ctx: typer.Context) -> None:
-    """Produce, consume and expire at a steady rate with a short retention: messages size and
-    dead tuples over time, and a 200,000-message backlog expired; `postroom bench churn --help`
-    lists its options."""
+    """Produce, consume and expire at a steady rate with a short retention.
+
+    Messages size and dead tuples over time, and a 200,000-message backlog expired;
+    `postroom bench churn --help` lists its options."""
     from postroom.benchmarks.churn import main as run_benchmark
 
     argv = list(ctx.args)
@@ -78,8 +83,9 @@ def churn(ctx: typer.Context) -> None:
 
 @app.command("dashboard", context_settings=PASS_THROUGH, add_help_option=False)
 def dashboard(ctx: typer.Context) -> None:
-    """Dashboard page times on a 1,000,000-message topic and a 1,000,000-job history (bar:
-    200 ms a page); `postroom bench dashboard --help` lists its options."""
+    """Dashboard page times on a 1,000,000-message topic and a 1,000,000-job history.
+
+    The bar: 200 ms a page; `postroom bench dashboard --help` lists its options."""
     from postroom.benchmarks.dashboard import main as run_benchmark
 
     argv = list(ctx.args)

@@ -85,8 +85,9 @@ def dashboard(
         typer.Option("--hide-values", help="Never show message values, keys or job args."),
     ] = False,
 ) -> None:
-    """Serve the dashboard: topics, groups, queues, jobs, dead letters, relays, workers, with
-    live updates, actions (unless --read-only) and /metrics."""
+    """Serve the dashboard: topics, groups, queues, jobs, dead letters, relays, workers.
+
+    With live updates, actions (unless --read-only) and /metrics."""
     web, _ = _web()
     web.check_exposure(host, token)
     options = settings(ctx)

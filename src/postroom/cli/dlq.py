@@ -23,8 +23,9 @@ def list_(
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many.", min=1)] = 100,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
-    """Dead letters of TOPIC, oldest first: where each came from, the group that failed,
-    attempts, error, value."""
+    """List the dead letters of TOPIC, oldest first.
+
+    For each: where it came from, the group that failed, attempts, error, value."""
     with open_client(ctx) as client:
         letters = client.list_dead_letters(topic, limit=limit)
     if as_json:
@@ -75,10 +76,11 @@ def replay(
         ),
     ] = None,
 ) -> None:
-    """Publish TOPIC's dead letters again to their source topic, each marked for the group
-    that failed on it (postroom-replay-group: other groups pass over it) and carrying the
-    first message's id (postroom-replay-of). Each is replayed once: a second replay only sends
-    what was dead-lettered since."""
+    """Publish TOPIC's dead letters again to their source topic.
+
+    Each is marked for the group that failed on it (postroom-replay-group: other groups pass
+    over it) and carries the first message's id (postroom-replay-of). Each is replayed once:
+    a second replay only sends what was dead-lettered since."""
     letters = None
     if letter:
         letters = []

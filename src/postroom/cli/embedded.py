@@ -18,8 +18,9 @@ app = typer.Typer(
 
 @app.command("status")
 def status() -> None:
-    """Where the embedded server keeps its data, whether it runs, where it listens, and how to
-    connect to it with psql and stop it."""
+    """Where the embedded server keeps its data, whether it runs, and where it listens.
+
+    And how to connect to it with psql, and stop it."""
     where = embedded.location()
     console.print(f"data directory: {where.pgdata}")
     if where.running:

@@ -46,10 +46,11 @@ def grant(
     topics: Topics = None,
     queues: Queues = None,
 ) -> None:
-    """Grant a database role what its capabilities need and nothing more; a consumer uses
-    only the groups given with --group, a producer publishes only to the topics given with
-    --topic, an enqueuer or worker only the queues given with --queue (every queue without
-    it). Run as an admin (the schema owner)."""
+    """Grant a database role what its capabilities need, and nothing more.
+
+    A consumer uses only the groups given with --group, a producer publishes only to the
+    topics given with --topic, an enqueuer or worker only the queues given with --queue
+    (every queue without it). Run as an admin (the schema owner)."""
     with open_client(ctx) as client:
         client.grant(role, *capabilities, groups=groups, topics=topics, queues=queues)
     scoped = (
@@ -70,8 +71,10 @@ def revoke(
     topics: Topics = None,
     queues: Queues = None,
 ) -> None:
-    """Take back a role's grants on consumer groups (--group), topics (--topic) and queues
-    (--queue; '*' for the every-queue grant)."""
+    """Take back a role's grants on consumer groups, topics and queues.
+
+    Groups with --group, topics with --topic, queues with --queue ('*' for the every-queue
+    grant)."""
     with open_client(ctx) as client:
         removed = client.revoke(role, groups=groups, topics=topics, queues=queues)
     console.print(f"revoked {removed} grant(s) of role {role!r}")
@@ -82,8 +85,10 @@ def grants(
     role: Annotated[str | None, typer.Argument(help="Only this role's grants.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
 ) -> None:
-    """List the scoped grants: which role may use which consumer group or queue, or publish
-    to which topic ('*': every one), and whether it took the group on first use (owner)."""
+    """List the scoped grants: which role may use which group, queue or topic.
+
+    For each role: the consumer groups and queues it may use, the topics it may publish to
+    ('*': every one), and whether it took the group on first use (owner)."""
     with open_client(ctx) as client:
         found = client.grants(role)
     if as_json:

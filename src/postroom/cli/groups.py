@@ -29,9 +29,10 @@ LAG_COLUMNS = (
 
 @app.command("list")
 def list_(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List consumer groups (those with committed offsets): topics, total lag, live members,
-    state (active: members; idle: none; expired: none and no commit for 7 days, so it no longer
-    holds back retention), last commit."""
+    """List consumer groups (those with committed offsets), their lag and state.
+
+    For each: topics, total lag, live members, state (active: members; idle: none; expired:
+    none and no commit for 7 days, so it no longer holds back retention), last commit."""
     with open_client(ctx) as client:
         found = client.list_groups()
     if as_json:
@@ -59,7 +60,9 @@ def describe(
     group: Annotated[str, typer.Argument(help="Consumer group.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Per partition: the member holding it and its fencing epoch, committed offset,
+    """Describe a group per partition: its holder, committed offset and lag.
+
+    Per partition: the member holding it and its fencing epoch, committed offset,
     high-water mark, lag in messages and in seconds."""
     with open_client(ctx) as client:
         info = client.describe_group(group)
@@ -91,8 +94,10 @@ def reset(
         int | None, typer.Option("--partition", "-p", help="Only this partition.")
     ] = None,
 ) -> None:
-    """Move a group's offsets on a topic (backwards too). Creates the group if it is new.
-    Stop the group's consumers first: a running consumer keeps its in-memory position."""
+    """Move a group's offsets on a topic (backwards too).
+
+    Creates the group if it is new. Stop the group's consumers first: a running consumer
+    keeps its in-memory position."""
     target = parse_reset_target(to)
     with open_client(ctx) as client:
         moved = client.reset_group(group, topic, to=target, partition=partition)

@@ -25,9 +25,10 @@ def run(
         ),
     ],
 ) -> None:
-    """Run the consumer handlers MODULE registers as consumer group members, until SIGTERM or
-    Ctrl-C: then each member finishes and commits its batch, leaves its group, and the command
-    exits 0."""
+    """Run the consumer handlers MODULE registers, as group members, until SIGTERM or Ctrl-C.
+
+    On SIGTERM or Ctrl-C each member finishes and commits its batch, leaves its group, and the
+    command exits 0."""
     url = settings(ctx).url
     if url is not None:
         os.environ["POSTROOM_URL"] = url  # for a module that calls postroom.connect()

@@ -119,8 +119,10 @@ def alter(
         ),
     ] = None,
 ) -> None:
-    """Change a topic's admission control (--max-lag), group expiry (--group-ttl) or retention
-    (--retention)."""
+    """Change a topic's admission control, group expiry or retention.
+
+    Admission control with --max-lag, group expiry with --group-ttl, retention with
+    --retention."""
     if max_lag is None and group_ttl is None and retention is None:
         raise fail("nothing to alter: give --max-lag, --group-ttl and/or --retention")
     changes: dict[str, Any] = {}
@@ -273,9 +275,10 @@ def move(
         list[str] | None, typer.Option("--group", help="Translate only these groups.")
     ] = None,
 ) -> None:
-    """Move a topic to Kafka: copy its messages (same partition numbers, offset order), keep
-    mirroring new ones until Ctrl-C, and with --translate commit every consumer group's
-    position on Kafka. Cut-over steps: docs/kafka.md, "Moving a topic"."""
+    """Move a topic to Kafka: copy its messages, then mirror new ones until Ctrl-C.
+
+    Messages keep their partition numbers and offset order; with --translate every consumer
+    group's position is committed on Kafka. Cut-over steps: docs/kafka.md, "Moving a topic"."""
     with open_client(ctx) as client:
         mover = client.move_topic(name, to=to)
         try:
