@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -53,3 +55,24 @@ def test_the_queue_is_refused_naming_postgresql(kafka_broker: str) -> None:
             client.enqueue("email", {})
         with pytest.raises(NotSupported, match="PostgreSQL"):
             client.publish_event(None, "order", 1, "Created", {})
+
+
+def test_the_cli_on_an_unreachable_broker_prints_one_line(dsn: str) -> None:
+    """librdkafka's own log lines go to Python logging (served by the client's poll), not to
+    stderr from its threads: they printed raw ``%3|...|FAIL|`` lines around the one clear
+    error (``postroom topic move`` to a broker that is down printed two)."""
+    with postroom.connect(dsn) as client:
+        client.create_topic("moving", partitions=1)
+    broker = f"127.0.0.1:{free_port()}"
+    cli = "import sys; from postroom.cli.main import main; sys.exit(main())"
+    for args in (
+        ["--url", dsn, "topic", "move", "moving", "--to", f"kafka://{broker}?timeout=2"],
+        ["--url", f"kafka://{broker}?timeout=2", "produce", "moving", "hello"],
+        ["--url", f"kafka://{broker}?timeout=2", "consume", "moving", "--group", "g"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", cli, *args], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 1, (args, result.stderr)
+        assert result.stderr.splitlines() == [result.stderr.strip()], (args, result.stderr)
+        assert result.stderr.startswith(f"error: kafka at {broker}"), (args, result.stderr)

@@ -39,7 +39,7 @@ class AsyncKafkaAdmin:
         self._admin_module = __import__("confluent_kafka.admin", fromlist=["AdminClient"])
         self._kafka = kafka
         self.settings = settings
-        self._admin = self._admin_module.AdminClient(dict(settings.config))
+        self._admin = self._admin_module.AdminClient(settings.client_config())
         self._counts: dict[str, tuple[float, int]] = {}
 
     @property

@@ -84,7 +84,7 @@ class AsyncKafkaConsumer:
         max_poll = max(check_max_poll_interval(max_poll_interval), session)
         self._manual = None if partitions is None else sorted(set(partitions))
         config = {
-            **admin.settings.config,
+            **admin.settings.client_config(),
             # Without a group a consumer still needs an id: one of its own, never committed to.
             "group.id": self._group or f"postroom-anonymous-{secrets.token_hex(6)}",
             "enable.auto.commit": False,

@@ -78,7 +78,7 @@ class KafkaProducer:
         self._admin = admin
         self._buffer_timeout = buffer_timeout
         config = {
-            **admin.settings.config,
+            **admin.settings.client_config(),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": linger_ms,

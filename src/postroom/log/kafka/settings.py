@@ -12,6 +12,7 @@ brokers only, never the password.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ...errors import InvalidArgument
 
 _PROPERTY = re.compile(r"[a-z][a-z0-9_.]*")
+LIBRDKAFKA_LOG = logging.getLogger("postroom.kafka.librdkafka")
+"""Where librdkafka's own log lines go (every client's ``logger``): served by the client's
+``poll``/``consume``/``flush`` into Python logging, instead of printed to stderr by librdkafka's
+threads (a broker that cannot be reached printed raw ``%3|...|FAIL|`` lines around postroom's
+one clear error)."""
+
 _BROKER = re.compile(r"[A-Za-z0-9_.\-]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}")
 # Set by postroom for what it guarantees; a URL may not override them.
 RESERVED = frozenset(
@@ -49,6 +56,10 @@ class KafkaSettings:
     @property
     def description(self) -> str:
         return f"kafka at {self.brokers}"
+
+    def client_config(self) -> dict[str, Any]:
+        """The base config of a librdkafka client: the URL's, and postroom's log routing."""
+        return {**self.config, "logger": LIBRDKAFKA_LOG}
 
 
 def is_kafka_url(url: object) -> bool:

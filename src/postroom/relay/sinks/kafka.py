@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -129,6 +130,9 @@ class KafkaSink(Sink):
             # without a report was acknowledged.
             "delivery.report.only.error": True,
             "on_delivery": self._on_failure,
+            # librdkafka's log lines into Python logging, served by the flushes, not printed
+            # to stderr from librdkafka's threads.
+            "logger": logging.getLogger("postroom.relay.librdkafka"),
             **(config or {}),
         }
         self._failures: list[tuple[Any, Any]] = []
