@@ -41,7 +41,7 @@ def queue(ctx: typer.Context) -> None:
 def relay(ctx: typer.Context) -> None:
     """Benchmark the outbox relay to Redis and Kafka against each sink's raw produce rate.
 
-    And commit-to-arrival latency; `postroom bench relay --help` lists its options."""
+    Also commit-to-arrival latency; `postroom bench relay --help` lists its options."""
     from postroom.benchmarks.relay import main as run_benchmark
 
     argv = list(ctx.args)
@@ -55,7 +55,7 @@ def relay(ctx: typer.Context) -> None:
 def groups(ctx: typer.Context) -> None:
     """One consumer group draining a backlog with 1, 2 and 4 member processes.
 
-    And the takeover time after a kill -9; `postroom bench groups --help` lists its
+    Also the takeover time after a kill -9; `postroom bench groups --help` lists its
     options."""
     from postroom.benchmarks.groups import main as run_benchmark
 

@@ -20,7 +20,7 @@ app = typer.Typer(
 def status() -> None:
     """Where the embedded server keeps its data, whether it runs, and where it listens.
 
-    And how to connect to it with psql, and stop it."""
+    Also how to connect to it with psql, and how to stop it."""
     where = embedded.location()
     console.print(f"data directory: {where.pgdata}")
     if where.running:
