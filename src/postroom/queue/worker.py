@@ -45,7 +45,6 @@ from .._acompat import (
     gather,
     install_sync_stop_handler,
     join_all,
-    sleep,
     spawn,
 )
 from .._checks import check_int, check_interval, check_seconds
@@ -79,6 +78,9 @@ log = logging.getLogger("postroom.worker")
 
 SLOT_TURN = 64
 """An async slot lets the other tasks run at least once every this many jobs."""
+STOP_POLL = 0.05
+"""Seconds between the main loop's looks for a ``stop()`` (which only counts: it is called
+from signal handlers and other threads); a burst's drain wakes it at once."""
 
 
 class Worker:
@@ -180,6 +182,7 @@ class Worker:
         # A claim in flight, the buffer and a write-back in flight can each hold about this many.
         self._held = HeldJobs(3 * (concurrency + ahead))
         self._stopping = Event()
+        self._drained_event = Event()  # set by a burst's drain: the main loop stops at once
         self._fetcher: Fetcher | None = None
         self._completer: Completer | None = None
         self._heartbeat_unit: Heartbeat | None = None
@@ -200,6 +203,12 @@ class Worker:
         """Ask ``run()`` to shut down gracefully; a second call skips the grace period.
         Safe to call from a signal handler or another thread."""
         self._stop_requests += 1
+
+    def _drained(self) -> None:
+        """A burst's queues are drained (the fetcher's call, on the worker's own loop or
+        thread): stop now, not at the main loop's next look."""
+        self.stop()
+        self._drained_event.set()
 
     def run(self, *, burst: bool = False, handle_signals: bool = True) -> None:
         """Run jobs until ``stop()``, SIGTERM or SIGINT; with ``burst``, also stop once no
@@ -229,7 +238,7 @@ class Worker:
             prefetch=self._prefetch,
             poll_interval=self._poll_interval,
             held=self._held,
-            on_drained=self.stop if burst else None,
+            on_drained=self._drained if burst else None,
         )
         completer = self._completer = Completer(
             db,
@@ -292,7 +301,7 @@ class Worker:
                 for i in range(self.concurrency)
             ]
             while not self._stop_requests:
-                sleep(0.05)
+                self._drained_event.wait_timeout(STOP_POLL)
             self._shutdown(slots)
             gather(fetch_task, 30)
         finally:

@@ -77,6 +77,9 @@ log = logging.getLogger("postroom.worker")
 
 SLOT_TURN = 64
 """An async slot lets the other tasks run at least once every this many jobs."""
+STOP_POLL = 0.05
+"""Seconds between the main loop's looks for a ``stop()`` (which only counts: it is called
+from signal handlers and other threads); a burst's drain wakes it at once."""
 
 
 class AsyncWorker:
@@ -178,6 +181,7 @@ class AsyncWorker:
         # A claim in flight, the buffer and a write-back in flight can each hold about this many.
         self._held = HeldJobs(3 * (concurrency + ahead))
         self._stopping = AEvent()
+        self._drained_event = AEvent()  # set by a burst's drain: the main loop stops at once
         self._fetcher: AsyncFetcher | None = None
         self._completer: AsyncCompleter | None = None
         self._heartbeat_unit: AsyncHeartbeat | None = None
@@ -198,6 +202,12 @@ class AsyncWorker:
         """Ask ``run()`` to shut down gracefully; a second call skips the grace period.
         Safe to call from a signal handler or another thread."""
         self._stop_requests += 1
+
+    def _drained(self) -> None:
+        """A burst's queues are drained (the fetcher's call, on the worker's own loop or
+        thread): stop now, not at the main loop's next look."""
+        self.stop()
+        self._drained_event.set()
 
     async def run(self, *, burst: bool = False, handle_signals: bool = True) -> None:
         """Run jobs until ``stop()``, SIGTERM or SIGINT; with ``burst``, also stop once no
@@ -227,7 +237,7 @@ class AsyncWorker:
             prefetch=self._prefetch,
             poll_interval=self._poll_interval,
             held=self._held,
-            on_drained=self.stop if burst else None,
+            on_drained=self._drained if burst else None,
         )
         completer = self._completer = AsyncCompleter(
             db,
@@ -290,7 +300,7 @@ class AsyncWorker:
                 for i in range(self.concurrency)
             ]
             while not self._stop_requests:
-                await asleep(0.05)
+                await self._drained_event.wait_timeout(STOP_POLL)
             await self._shutdown(slots)
             await agather(fetch_task, 30)
         finally:
